@@ -1,0 +1,330 @@
+"""Flax encoders for the BERT, RoBERTa, ELECTRA, DistilBERT and DeBERTa families.
+
+One post-LayerNorm transformer stack serves every family; the families differ
+in their embeddings and in how attention scores are formed (dot product, or
+DeBERTa's disentangled content/position terms). Attention probabilities go
+through an optional `AttentionOverride` (see `papa_jax.attention`).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from papa_jax import attention as attn
+from papa_jax.models import deberta
+from papa_jax.models.config import EncoderConfig
+
+Array = jax.Array
+_init = nn.initializers.normal(stddev=0.02)
+
+
+class EncoderOutput(NamedTuple):
+  """Per-layer results; tuples are indexed by layer.
+
+  Attributes:
+    hidden_states: `num_layers + 1` arrays `[B, L, D]`, embeddings first.
+    attentions: `num_layers` arrays `[B, H, L, L]` when captured, else None.
+    values: `num_layers` arrays `[B, H, L, head_dim]` when captured, else None.
+  """
+
+  hidden_states: tuple[Array, ...]
+  attentions: tuple[Array, ...] | None = None
+  values: tuple[Array, ...] | None = None
+
+  @property
+  def last_hidden_state(self) -> Array:
+    return self.hidden_states[-1]
+
+
+def activation(name: str):
+  if name == "gelu":
+    return functools.partial(jax.nn.gelu, approximate=False)
+  if name in ("gelu_new", "gelu_pytorch_tanh"):
+    return functools.partial(jax.nn.gelu, approximate=True)
+  if name == "relu":
+    return jax.nn.relu
+  return jax.nn.silu
+
+
+def layer_norm(config: EncoderConfig, name: str) -> nn.LayerNorm:
+  # Two-pass variance, as torch computes it.
+  return nn.LayerNorm(
+      epsilon=config.layer_norm_eps, use_fast_variance=False, name=name
+  )
+
+
+class HeadProjection(nn.Module):
+  """`x @ W + b` split into heads: kernel `[D, H, d]`, bias `[H, d]`."""
+
+  num_heads: int
+  head_dim: int
+  use_bias: bool = True
+
+  @nn.compact
+  def __call__(self, x: Array, heads: tuple[int, ...] | None = None) -> Array:
+    kernel = self.param(
+        "kernel", _init, (x.shape[-1], self.num_heads, self.head_dim)
+    )
+    bias = (
+        self.param("bias", nn.initializers.zeros, (self.num_heads, self.head_dim))
+        if self.use_bias
+        else None
+    )
+    if heads is not None and heads != tuple(range(self.num_heads)):
+      idx = np.asarray(heads, dtype=np.int32)
+      kernel = kernel[:, idx]
+      bias = None if bias is None else bias[idx]
+    y = jnp.einsum("...d,dhk->...hk", x, kernel)
+    return y if bias is None else y + bias
+
+
+class SelfAttention(nn.Module):
+  """Multi-head self-attention with the PAPA/override hooks.
+
+  Returns `(context [B, L, D] after the output projection, probs, values)`;
+  probs is None unless captured (or needed by an override).
+  """
+
+  config: EncoderConfig
+  layer_index: int
+
+  def setup(self):
+    c = self.config
+    h, d = c.num_heads, c.dim_per_head
+    v1 = c.family == "deberta"
+    self.query = HeadProjection(h, d, use_bias=True)
+    self.key = HeadProjection(h, d, use_bias=not v1)
+    self.value = HeadProjection(h, d, use_bias=True)
+    self.out_kernel = self.param("out_kernel", _init, (h, d, c.hidden_size))
+    self.out_bias = self.param("out_bias", nn.initializers.zeros, (c.hidden_size,))
+    if c.is_deberta and c.relative_attention and not c.share_att_key:
+      if "c2p" in c.pos_att_type:
+        self.pos_key = HeadProjection(h, d, use_bias=not v1)
+      if "p2c" in c.pos_att_type:
+        self.pos_query = HeadProjection(h, d, use_bias=True)
+    self.attn_dropout = nn.Dropout(c.attention_dropout)
+    self.pos_dropout = nn.Dropout(c.hidden_dropout)
+
+  def _dynamic_probs(
+      self,
+      x: Array,
+      mask: Array,
+      heads: tuple[int, ...],
+      rel_embeddings: Array | None,
+  ) -> Array:
+    """Softmax attention `[B, len(heads), L, L]` computed for `heads` only."""
+    c = self.config
+    q = self.query(x, heads)
+    k = self.key(x, heads)
+    if not c.is_deberta:
+      scores = jnp.einsum("bqhd,bkhd->bhqk", q, k) * (c.dim_per_head**-0.5)
+      return attn.softmax_with_key_mask(scores, mask)
+    pos_q = pos_k = None
+    if c.relative_attention:
+      if c.share_att_key:
+        pos_q = self.query(rel_embeddings, heads)
+        pos_k = self.key(rel_embeddings, heads)
+      else:
+        if "p2c" in c.pos_att_type:
+          pos_q = self.pos_query(rel_embeddings, heads)
+        if "c2p" in c.pos_att_type:
+          pos_k = self.pos_key(rel_embeddings, heads)
+    scores = deberta.disentangled_scores(c, q, k, pos_q, pos_k)
+    return attn.softmax_with_pair_mask(scores, mask)
+
+  def __call__(
+      self,
+      x: Array,
+      mask: Array,
+      override: attn.LayerOverride | None,
+      rel_embeddings: Array | None,
+      *,
+      deterministic: bool,
+      capture: bool,
+  ) -> tuple[Array, Array | None, Array]:
+    c = self.config
+    all_heads = tuple(range(c.num_heads))
+    if rel_embeddings is not None:  # DeBERTa's per-layer pos_dropout.
+      rel_embeddings = self.pos_dropout(rel_embeddings, deterministic=deterministic)
+    values = jnp.swapaxes(self.value(x), 1, 2)  # [B, H, L, d]
+    ov = override if override is not None and not override.is_identity else None
+    static = ov.static if ov else ()
+    dynamic = tuple(h for h in all_heads if h not in static)
+    dropout_off = deterministic or c.attention_dropout == 0.0
+
+    if ov and static and ov.probs_fn is None and not capture and dropout_off:
+      # Constant-attention fast path: no Q/K, no softmax, no [B,H,L,L] tensor.
+      idx = np.asarray(static, dtype=np.int32)
+      parts = [(static, attn.constant_context(
+          ov.constants[idx], mask, values[:, idx]))]
+      if dynamic:
+        didx = np.asarray(dynamic, dtype=np.int32)
+        p_dyn = self._dynamic_probs(x, mask, dynamic, rel_embeddings)
+        parts.append((dynamic, jnp.einsum("bhqk,bhkd->bhqd", p_dyn, values[:, didx])))
+      context = attn.merge_heads(parts)
+      return self._project(context), None, values
+
+    if ov and ov.gate_logits is not None:
+      p_dyn = self._dynamic_probs(x, mask, all_heads, rel_embeddings)
+      gate = jax.nn.sigmoid(ov.gate_logits)[None, :, None, None]
+      probs = gate * p_dyn + (1.0 - gate) * attn.constant_probs(ov.constants, mask)
+    elif static:
+      idx = np.asarray(static, dtype=np.int32)
+      parts = [(static, attn.constant_probs(ov.constants[idx], mask))]
+      if dynamic:
+        parts.append((dynamic, self._dynamic_probs(x, mask, dynamic, rel_embeddings)))
+      probs = attn.merge_heads(parts)
+    else:
+      probs = self._dynamic_probs(x, mask, all_heads, rel_embeddings)
+    if ov and ov.probs_fn is not None:
+      probs = ov.probs_fn(probs, mask, layer=self.layer_index, values=values)
+    dropped = self.attn_dropout(probs, deterministic=deterministic)
+    context = jnp.einsum("bhqk,bhkd->bhqd", dropped, values)
+    return self._project(context), probs, values
+
+  def _project(self, context: Array) -> Array:
+    return jnp.einsum("bhqd,hde->bqe", context, self.out_kernel) + self.out_bias
+
+
+class TransformerLayer(nn.Module):
+  """Post-LayerNorm block: attention, residual, FFN, residual."""
+
+  config: EncoderConfig
+  layer_index: int
+
+  @nn.compact
+  def __call__(self, x, mask, override, rel_embeddings, *, deterministic, capture):
+    c = self.config
+    drop = nn.Dropout(c.hidden_dropout)
+    a, probs, values = SelfAttention(c, self.layer_index, name="attention")(
+        x, mask, override, rel_embeddings,
+        deterministic=deterministic, capture=capture,
+    )
+    h = layer_norm(c, "attention_norm")(x + drop(a, deterministic=deterministic))
+    f = nn.Dense(c.intermediate_size, kernel_init=_init, name="intermediate")(h)
+    f = nn.Dense(c.hidden_size, kernel_init=_init, name="output")(
+        activation(c.hidden_act)(f)
+    )
+    out = layer_norm(c, "output_norm")(h + drop(f, deterministic=deterministic))
+    return out, probs, values
+
+
+class Embeddings(nn.Module):
+  """Token, position and segment embeddings, per family."""
+
+  config: EncoderConfig
+
+  @nn.compact
+  def __call__(self, input_ids, mask, token_type_ids, position_ids, *, deterministic):
+    c = self.config
+    e = nn.Embed(c.vocab_size, c.embed_dim, embedding_init=_init,
+                 name="word_embeddings")(input_ids)
+    if c.position_biased_input:
+      if position_ids is None:
+        if c.family == "roberta":  # HF create_position_ids_from_input_ids.
+          nonpad = (input_ids != c.pad_token_id).astype(jnp.int32)
+          position_ids = jnp.cumsum(nonpad, axis=1) * nonpad + c.pad_token_id
+        else:
+          position_ids = jnp.arange(input_ids.shape[1])[None]
+      e = e + nn.Embed(c.max_position_embeddings, c.embed_dim,
+                       embedding_init=_init, name="position_embeddings")(position_ids)
+    if c.type_vocab_size > 0 and c.family != "distilbert":
+      if token_type_ids is None:
+        token_type_ids = jnp.zeros_like(input_ids)
+      e = e + nn.Embed(c.type_vocab_size, c.embed_dim, embedding_init=_init,
+                       name="token_type_embeddings")(token_type_ids)
+    if c.is_deberta:
+      if c.embed_dim != c.hidden_size:
+        e = nn.Dense(c.hidden_size, use_bias=False, kernel_init=_init,
+                     name="embed_proj")(e)
+      e = layer_norm(c, "LayerNorm")(e)
+      e = e * mask[..., None].astype(e.dtype)
+      return nn.Dropout(c.hidden_dropout)(e, deterministic=deterministic)
+    e = layer_norm(c, "LayerNorm")(e)
+    e = nn.Dropout(c.hidden_dropout)(e, deterministic=deterministic)
+    if c.embed_dim != c.hidden_size:  # ELECTRA's embeddings_project.
+      e = nn.Dense(c.hidden_size, kernel_init=_init, name="embed_proj")(e)
+    return e
+
+
+class Encoder(nn.Module):
+  """A pretrained encoder returning every layer's hidden states.
+
+  Call with `input_ids [B, L]` and `attention_mask [B, L]`; pass
+  `override=AttentionOverride(...)` to replace attention probabilities,
+  `capture_attention=True` for every layer's probabilities and
+  `capture_values=True` for every layer's value vectors.
+  """
+
+  config: EncoderConfig
+
+  @nn.compact
+  def __call__(
+      self,
+      input_ids: Array,
+      attention_mask: Array | None = None,
+      token_type_ids: Array | None = None,
+      position_ids: Array | None = None,
+      *,
+      override: attn.AttentionOverride | None = None,
+      deterministic: bool = True,
+      capture_attention: bool = False,
+      capture_values: bool = False,
+  ) -> EncoderOutput:
+    c = self.config
+    if input_ids.ndim != 2:
+      raise ValueError(f"input_ids must be [batch, length], got {input_ids.shape}.")
+    seq_len = input_ids.shape[1]
+    if seq_len > c.max_length:
+      raise ValueError(
+          f"Input length {seq_len} exceeds this model's maximum of "
+          f"{c.max_length} positions (max_position_embeddings="
+          f"{c.max_position_embeddings})."
+      )
+    if attention_mask is None:
+      attention_mask = jnp.ones_like(input_ids)
+    if attention_mask.shape != input_ids.shape:
+      raise ValueError(
+          f"attention_mask shape {attention_mask.shape} does not match "
+          f"input_ids shape {input_ids.shape}."
+      )
+    mask = attention_mask.astype(bool)
+    if override is not None:
+      override.validate(c.num_layers, c.num_heads, seq_len)
+
+    h = Embeddings(c, name="embeddings")(
+        input_ids, mask, token_type_ids, position_ids, deterministic=deterministic
+    )
+    rel = None
+    if c.is_deberta and c.relative_attention:
+      rel = self.param("rel_embeddings", _init,
+                       (deberta.rel_embedding_rows(c), c.hidden_size))
+      if c.norm_rel_ebd:
+        rel = layer_norm(c, "rel_norm")(rel)
+      rel = deberta.sliced_rel_embeddings(c, rel, seq_len)
+    hidden, probs_all, values_all = [h], [], []
+    for i in range(c.num_layers):
+      lo = override.for_layer(i) if override is not None else None
+      h, probs, values = TransformerLayer(c, i, name=f"layer_{i}")(
+          h, mask, lo, rel, deterministic=deterministic, capture=capture_attention
+      )
+      hidden.append(h)
+      probs_all.append(probs)
+      values_all.append(values)
+    return EncoderOutput(
+        hidden_states=tuple(hidden),
+        attentions=tuple(probs_all) if capture_attention else None,
+        values=tuple(values_all) if capture_values else None,
+    )
+
+
+def init_params(config: EncoderConfig, seed: int = 0, seq_len: int = 8):
+  """Randomly initialised parameters (for tests and random-weight benchmarks)."""
+  ids = jnp.zeros((1, seq_len), jnp.int32)
+  return Encoder(config).init(jax.random.key(seed), ids)["params"]
