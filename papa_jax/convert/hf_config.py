@@ -1,0 +1,131 @@
+"""Hugging Face `config.json` -> `EncoderConfig`.
+
+Attributes that change the architecture in ways this project does not
+implement are an error; metadata is ignored.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from papa_jax.models.config import EncoderConfig
+
+# model_type -> family. XLM-R and CamemBERT share RoBERTa's architecture.
+MODEL_TYPES = {
+    "bert": "bert",
+    "roberta": "roberta",
+    "xlm-roberta": "roberta",
+    "camembert": "roberta",
+    "electra": "electra",
+    "distilbert": "distilbert",
+    "deberta": "deberta",
+    "deberta-v2": "deberta-v2",
+}
+
+
+def read_config_json(model_dir: str) -> dict[str, Any]:
+  path = os.path.join(model_dir, "config.json")
+  if not os.path.isdir(model_dir):
+    raise FileNotFoundError(f"Model directory {model_dir!r} does not exist.")
+  if not os.path.isfile(path):
+    raise FileNotFoundError(
+        f"{model_dir!r} has no config.json; a Hugging Face model directory "
+        "needs config.json plus model.safetensors or pytorch_model.bin."
+    )
+  try:
+    with open(path) as f:
+      return json.load(f)
+  except json.JSONDecodeError as e:
+    raise ValueError(f"{path} is not valid JSON: {e}") from e
+
+
+def _unsupported(cfg: dict[str, Any], key: str, ok: Any, what: str) -> None:
+  value = cfg.get(key, ok)
+  if value != ok and not (isinstance(ok, tuple) and value in ok):
+    raise ValueError(f"Unsupported {what}: {key}={value!r}.")
+
+
+def encoder_config_from_hf(cfg: dict[str, Any], name: str = "") -> EncoderConfig:
+  """Maps a Hugging Face config dict to an `EncoderConfig`."""
+  model_type = cfg.get("model_type")
+  if model_type not in MODEL_TYPES:
+    raise ValueError(
+        f"Unsupported model_type {model_type!r}; supported: "
+        f"{sorted(MODEL_TYPES)}."
+    )
+  family = MODEL_TYPES[model_type]
+  act = cfg.get("hidden_act", cfg.get("activation", "gelu"))
+  if not isinstance(act, str):
+    raise ValueError(f"Unsupported non-string activation {act!r}.")
+  for key in ("is_decoder", "add_cross_attention"):
+    _unsupported(cfg, key, False, "decoder configuration")
+
+  if family == "distilbert":
+    return EncoderConfig(
+        family=family,
+        vocab_size=cfg["vocab_size"],
+        hidden_size=cfg["dim"],
+        num_layers=cfg["n_layers"],
+        num_heads=cfg["n_heads"],
+        intermediate_size=cfg["hidden_dim"],
+        max_position_embeddings=cfg["max_position_embeddings"],
+        type_vocab_size=0,
+        hidden_act=act,
+        layer_norm_eps=1e-12,  # Hard-coded in HF DistilBERT.
+        hidden_dropout=cfg.get("dropout", 0.1),
+        attention_dropout=cfg.get("attention_dropout", 0.1),
+        pad_token_id=cfg.get("pad_token_id", 0) or 0,
+        name=name,
+    )
+
+  common = dict(
+      family=family,
+      vocab_size=cfg["vocab_size"],
+      hidden_size=cfg["hidden_size"],
+      num_layers=cfg["num_hidden_layers"],
+      num_heads=cfg["num_attention_heads"],
+      intermediate_size=cfg["intermediate_size"],
+      max_position_embeddings=cfg["max_position_embeddings"],
+      type_vocab_size=cfg.get("type_vocab_size", 2),
+      hidden_act=act,
+      layer_norm_eps=cfg.get("layer_norm_eps", 1e-12),
+      hidden_dropout=cfg.get("hidden_dropout_prob", 0.1),
+      attention_dropout=cfg.get("attention_probs_dropout_prob", 0.1),
+      pad_token_id=cfg.get("pad_token_id", 0) or 0,
+      name=name,
+  )
+  if family in ("bert", "roberta", "electra"):
+    _unsupported(cfg, "position_embedding_type", "absolute",
+                 "position embedding type")
+    if family == "electra":
+      common["embedding_size"] = cfg.get("embedding_size", cfg["hidden_size"])
+    return EncoderConfig(**common)
+
+  # DeBERTa v1 / v2.
+  _unsupported(cfg, "talking_head", False, "DeBERTa option")
+  _unsupported(cfg, "conv_kernel_size", 0, "DeBERTa-v2 option")
+  pos_att_type = cfg.get("pos_att_type") or []
+  if isinstance(pos_att_type, str):
+    pos_att_type = [p.strip() for p in pos_att_type.lower().split("|") if p.strip()]
+  norm = [x.strip() for x in str(cfg.get("norm_rel_ebd", "none")).lower().split("|")]
+  if set(norm) - {"none", "layer_norm"}:
+    raise ValueError(f"Unsupported norm_rel_ebd={cfg.get('norm_rel_ebd')!r}.")
+  head_dim = cfg.get("attention_head_size", 0) if family == "deberta-v2" else 0
+  if head_dim and head_dim * cfg["num_attention_heads"] == cfg["hidden_size"]:
+    head_dim = 0
+  return EncoderConfig(
+      **{**common, "type_vocab_size": cfg.get("type_vocab_size", 0)},
+      embedding_size=cfg.get("embedding_size", cfg["hidden_size"]),
+      head_dim=head_dim or 0,
+      position_biased_input=cfg.get("position_biased_input", True),
+      relative_attention=cfg.get("relative_attention", False),
+      pos_att_type=tuple(pos_att_type),
+      max_relative_positions=cfg.get("max_relative_positions", -1),
+      position_buckets=cfg.get("position_buckets", -1)
+      if family == "deberta-v2" else -1,
+      share_att_key=cfg.get("share_att_key", False)
+      if family == "deberta-v2" else False,
+      norm_rel_ebd="layer_norm" in norm and family == "deberta-v2",
+  )

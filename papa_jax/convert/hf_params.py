@@ -1,0 +1,222 @@
+"""Hugging Face state dicts -> Flax parameter trees, by explicit name maps.
+
+Each family is a list of rules `(flax_path, hf_key, transform)`. Conversion
+fails, listing the keys, when a rule's key is missing or when the checkpoint
+holds a tensor that no rule uses and no known task head explains.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Callable, Iterable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from papa_jax.models.config import EncoderConfig
+from papa_jax.models.encoder import Encoder
+
+Rule = tuple[tuple[str, ...], str, Callable[[np.ndarray], np.ndarray]]
+
+BASE_PREFIX = {
+    "bert": "bert.", "roberta": "roberta.", "electra": "electra.",
+    "distilbert": "distilbert.", "deberta": "deberta.", "deberta-v2": "deberta.",
+}
+# Tensors of task heads and non-persistent buffers: known, deliberately unused.
+IGNORED = tuple(re.compile(p) for p in (
+    r"(^|\.)position_ids$", r"(^|\.)token_type_ids$", r"^pooler\.",
+    r"^cls\.", r"^lm_head\.", r"^classifier\.", r"^pre_classifier\.",
+    r"^qa_outputs\.", r"^discriminator_predictions\.",
+    r"^generator_predictions\.", r"^generator_lm_head\.",
+    r"^vocab_(transform|layer_norm|projector)\.", r"^lm_predictions\.",
+    r"^mask_predictions\.", r"^sop_classifier\.",
+))
+
+
+def _t(w):
+  return np.ascontiguousarray(w.T)
+
+
+def _same(w):
+  return w
+
+
+def _linear(path, key, bias=True) -> list[Rule]:
+  rules = [(path + ("kernel",), key + ".weight", _t)]
+  if bias:
+    rules.append((path + ("bias",), key + ".bias", _same))
+  return rules
+
+
+def _heads(path, key, h, d, bias=True) -> list[Rule]:
+  """Linear [h*d, D] -> HeadProjection kernel [D, h, d], bias [h, d]."""
+  rules = [(path + ("kernel",), key + ".weight",
+            lambda w: _t(w).reshape(w.shape[1], h, d))]
+  if bias:
+    rules.append((path + ("bias",), key + ".bias", lambda b: b.reshape(h, d)))
+  return rules
+
+
+def _out(path, key, h, d) -> list[Rule]:
+  return [
+      (path + ("out_kernel",), key + ".weight",
+       lambda w: _t(w).reshape(h, d, w.shape[0])),
+      (path + ("out_bias",), key + ".bias", _same),
+  ]
+
+
+def _ln(path, key) -> list[Rule]:
+  return [(path + ("scale",), key + ".weight", _same),
+          (path + ("bias",), key + ".bias", _same)]
+
+
+def _embed(path, key) -> list[Rule]:
+  return [(path + ("embedding",), key + ".weight", _same)]
+
+
+def _in_proj(path, key, h, d, part) -> Rule:
+  """DeBERTa v1 fused in_proj [3*h*d, D], interleaved per head as q,k,v."""
+  def f(w):
+    w4 = w.reshape(h, 3, d, w.shape[-1])[:, part]  # [h, d, D]
+    return np.ascontiguousarray(np.transpose(w4, (2, 0, 1)))
+  return (path + ("kernel",), key + ".weight", f)
+
+
+def family_rules(c: EncoderConfig) -> list[Rule]:
+  h, d = c.num_heads, c.dim_per_head
+  e = ("embeddings",)
+  rules: list[Rule] = _embed(e + ("word_embeddings",), "embeddings.word_embeddings")
+  if c.position_biased_input:
+    rules += _embed(e + ("position_embeddings",), "embeddings.position_embeddings")
+  if c.type_vocab_size > 0 and c.family != "distilbert":
+    rules += _embed(e + ("token_type_embeddings",), "embeddings.token_type_embeddings")
+  rules += _ln(e + ("LayerNorm",), "embeddings.LayerNorm")
+  if c.embed_dim != c.hidden_size:
+    if c.family == "electra":
+      rules += _linear(e + ("embed_proj",), "embeddings_project")
+    else:
+      rules += _linear(e + ("embed_proj",), "embeddings.embed_proj", bias=False)
+  if c.is_deberta and c.relative_attention:
+    rules.append((("rel_embeddings",), "encoder.rel_embeddings.weight", _same))
+    if c.norm_rel_ebd:
+      rules += _ln(("rel_norm",), "encoder.LayerNorm")
+
+  for i in range(c.num_layers):
+    p = (f"layer_{i}",)
+    a = p + ("attention",)
+    if c.family == "distilbert":
+      k = f"transformer.layer.{i}."
+      rules += _heads(a + ("query",), k + "attention.q_lin", h, d)
+      rules += _heads(a + ("key",), k + "attention.k_lin", h, d)
+      rules += _heads(a + ("value",), k + "attention.v_lin", h, d)
+      rules += _out(a, k + "attention.out_lin", h, d)
+      rules += _ln(p + ("attention_norm",), k + "sa_layer_norm")
+      rules += _linear(p + ("intermediate",), k + "ffn.lin1")
+      rules += _linear(p + ("output",), k + "ffn.lin2")
+      rules += _ln(p + ("output_norm",), k + "output_layer_norm")
+      continue
+    k = f"encoder.layer.{i}."
+    s = k + "attention.self."
+    if c.family == "deberta":
+      rules += [_in_proj(a + (n,), s + "in_proj", h, d, j)
+                for j, n in enumerate(("query", "key", "value"))]
+      rules.append((a + ("query", "bias"), s + "q_bias", lambda b: b.reshape(h, d)))
+      rules.append((a + ("value", "bias"), s + "v_bias", lambda b: b.reshape(h, d)))
+      if c.relative_attention and "c2p" in c.pos_att_type:
+        rules += _heads(a + ("pos_key",), s + "pos_proj", h, d, bias=False)
+      if c.relative_attention and "p2c" in c.pos_att_type:
+        rules += _heads(a + ("pos_query",), s + "pos_q_proj", h, d)
+    elif c.family == "deberta-v2":
+      rules += _heads(a + ("query",), s + "query_proj", h, d)
+      rules += _heads(a + ("key",), s + "key_proj", h, d)
+      rules += _heads(a + ("value",), s + "value_proj", h, d)
+      if c.relative_attention and not c.share_att_key:
+        if "c2p" in c.pos_att_type:
+          rules += _heads(a + ("pos_key",), s + "pos_key_proj", h, d)
+        if "p2c" in c.pos_att_type:
+          rules += _heads(a + ("pos_query",), s + "pos_query_proj", h, d)
+    else:
+      rules += _heads(a + ("query",), s + "query", h, d)
+      rules += _heads(a + ("key",), s + "key", h, d)
+      rules += _heads(a + ("value",), s + "value", h, d)
+    rules += _out(a, k + "attention.output.dense", h, d)
+    rules += _ln(p + ("attention_norm",), k + "attention.output.LayerNorm")
+    rules += _linear(p + ("intermediate",), k + "intermediate.dense")
+    rules += _linear(p + ("output",), k + "output.dense")
+    rules += _ln(p + ("output_norm",), k + "output.LayerNorm")
+  return rules
+
+
+def normalize_keys(c: EncoderConfig, state: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+  """Strips the task model's base prefix and renames legacy LayerNorm keys."""
+  prefix = BASE_PREFIX[c.family]
+  has_prefix = any(k.startswith(prefix + "embeddings.") for k in state)
+  out = {}
+  for key, value in state.items():
+    if has_prefix and key.startswith(prefix):
+      key = key[len(prefix):]
+    key = re.sub(r"LayerNorm\.gamma$", "LayerNorm.weight", key)
+    key = re.sub(r"LayerNorm\.beta$", "LayerNorm.bias", key)
+    out[key] = value
+  return out
+
+
+def _set(tree: dict, path: Iterable[str], value) -> None:
+  *parents, leaf = path
+  for p in parents:
+    tree = tree.setdefault(p, {})
+  if leaf in tree:
+    raise ValueError(f"Two rules write {'/'.join(path)}.")
+  tree[leaf] = value
+
+
+def expected_shapes(c: EncoderConfig) -> dict:
+  shapes = jax.eval_shape(
+      lambda: Encoder(c).init(jax.random.key(0), jnp.zeros((1, 4), jnp.int32)))
+  return shapes["params"]
+
+
+def params_from_state_dict(c: EncoderConfig, state: dict[str, np.ndarray], *, source: str = "checkpoint") -> dict:
+  """Converts a HF state dict to this project's parameter tree (float32).
+
+  Raises:
+    ValueError: listing missing keys, unexpected keys, or shape mismatches
+      between the checkpoint and the architecture in its config.
+  """
+  state = normalize_keys(c, state)
+  params: dict = {}
+  used, missing = set(), []
+  for path, key, fn in family_rules(c):
+    if key not in state:
+      missing.append(key)
+      continue
+    used.add(key)
+    _set(params, path, np.asarray(fn(np.asarray(state[key])), dtype=np.float32))
+  unexpected = sorted(
+      k for k in state if k not in used and not any(p.search(k) for p in IGNORED))
+  if missing or unexpected:
+    raise ValueError(
+        f"{source} does not match a {c.family} encoder with "
+        f"{c.num_layers} layers: missing keys {missing[:20]}"
+        f"{' ...' if len(missing) > 20 else ''}; unexpected keys "
+        f"{unexpected[:20]}{' ...' if len(unexpected) > 20 else ''}."
+    )
+  want = expected_shapes(c)
+  bad = []
+  flat_want = {jax.tree_util.keystr(k): v.shape
+               for k, v in jax.tree_util.tree_leaves_with_path(want)}
+  flat_got = {jax.tree_util.keystr(k): v.shape
+              for k, v in jax.tree_util.tree_leaves_with_path(params)}
+  if set(flat_want) != set(flat_got):
+    raise ValueError(
+        f"Converted tree differs from the model: missing "
+        f"{sorted(set(flat_want) - set(flat_got))}, extra "
+        f"{sorted(set(flat_got) - set(flat_want))}.")
+  for k, shape in flat_want.items():
+    if flat_got[k] != shape:
+      bad.append(f"{k}: checkpoint {flat_got[k]} vs config {shape}")
+  if bad:
+    raise ValueError(
+        f"{source} tensor shapes do not match its config: " + "; ".join(bad[:10]))
+  return params
