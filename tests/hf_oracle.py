@@ -1,0 +1,95 @@
+"""Hugging Face PyTorch models as the oracle: small random ones, saved to disk.
+
+Each spec builds a randomly initialised HF model with `transformers` itself,
+so the reference numerics are Hugging Face's own code.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+COMMON = dict(vocab_size=120, hidden_size=64, num_hidden_layers=3,
+              num_attention_heads=4, intermediate_size=96,
+              max_position_embeddings=128)
+
+
+def spec(name: str):
+  """(config, model class) for a named random test architecture."""
+  import transformers as tr
+  if name == "bert":
+    return tr.BertConfig(**COMMON), tr.BertModel
+  if name == "roberta":
+    return tr.RobertaConfig(**{**COMMON, "max_position_embeddings": 130},
+                            type_vocab_size=1, pad_token_id=1, bos_token_id=0,
+                            eos_token_id=2), tr.RobertaModel
+  if name == "electra":
+    return tr.ElectraConfig(**COMMON, embedding_size=32), tr.ElectraModel
+  if name == "distilbert":
+    return tr.DistilBertConfig(vocab_size=120, dim=64, n_layers=3, n_heads=4,
+                               hidden_dim=96, max_position_embeddings=128), tr.DistilBertModel
+  if name == "deberta":  # Like microsoft/deberta-base.
+    return tr.DebertaConfig(**COMMON, type_vocab_size=0, relative_attention=True,
+                            max_relative_positions=-1, pos_att_type="c2p|p2c",
+                            position_biased_input=False, layer_norm_eps=1e-7), tr.DebertaModel
+  if name == "deberta-abs":  # v1 with absolute positions, segments and a short span.
+    return tr.DebertaConfig(**COMMON, type_vocab_size=2, relative_attention=True,
+                            max_relative_positions=16, pos_att_type=["c2p"],
+                            position_biased_input=True), tr.DebertaModel
+  if name == "deberta-v3":  # Like microsoft/deberta-v3: buckets, shared keys.
+    return tr.DebertaV2Config(**COMMON, type_vocab_size=0, relative_attention=True,
+                              position_buckets=16, max_relative_positions=-1,
+                              pos_att_type=["p2c", "c2p"], norm_rel_ebd="layer_norm",
+                              share_att_key=True, position_biased_input=False,
+                              layer_norm_eps=1e-7), tr.DebertaV2Model
+  if name == "deberta-v2":  # v2-xlarge style: own position projections, embed_proj.
+    return tr.DebertaV2Config(**COMMON, type_vocab_size=0, embedding_size=48,
+                              relative_attention=True, position_buckets=-1,
+                              max_relative_positions=32, pos_att_type="c2p|p2c",
+                              share_att_key=False, position_biased_input=True), tr.DebertaV2Model
+  raise KeyError(name)
+
+
+ARCHS = ("bert", "roberta", "electra", "distilbert", "deberta", "deberta-abs",
+         "deberta-v3", "deberta-v2")
+
+
+def save_random(name: str, path, safe: bool = True, seed: int = 0) -> None:
+  import torch
+  config, cls = spec(name)
+  config._attn_implementation = "eager"
+  torch.manual_seed(seed)
+  model = cls(config).eval()
+  model.save_pretrained(str(path))
+  if not safe:  # transformers 5 only writes safetensors; write the legacy pickle.
+    (path / "model.safetensors").unlink()
+    torch.save(model.state_dict(), path / "pytorch_model.bin")
+
+
+def load_hf(path, dtype="float32"):
+  import torch
+  import transformers as tr
+  model = tr.AutoModel.from_pretrained(str(path), attn_implementation="eager").eval()
+  return model.to(getattr(torch, dtype))
+
+
+def run_hf(model, ids, mask, token_type_ids=None):
+  """Hidden states (embeddings first) and attentions as numpy lists."""
+  import torch
+  kwargs = dict(input_ids=torch.tensor(ids), attention_mask=torch.tensor(mask),
+                output_attentions=True, output_hidden_states=True)
+  if token_type_ids is not None:
+    kwargs["token_type_ids"] = torch.tensor(token_type_ids)
+  with torch.no_grad():
+    out = model(**kwargs)
+  return ([h.numpy() for h in out.hidden_states], [a.numpy() for a in out.attentions])
+
+
+def padded_batch(vocab: int, lengths, seq_len: int, pad_id: int, seed: int = 0):
+  """Random ids with mixed lengths, padded with `pad_id` on the right."""
+  rng = np.random.default_rng(seed)
+  low = 3 if pad_id < 3 else 0
+  ids = rng.integers(low, vocab, size=(len(lengths), seq_len))
+  ids[ids == pad_id] = low + (pad_id + 1) % (vocab - low)
+  mask = (np.arange(seq_len)[None] < np.asarray(lengths)[:, None]).astype(np.int64)
+  ids = np.where(mask == 1, ids, pad_id)
+  return ids.astype(np.int64), mask
