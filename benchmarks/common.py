@@ -1,0 +1,52 @@
+"""Timing helpers shared by the benchmark scripts (medians over repeats)."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import time
+from typing import Callable
+
+
+def median_seconds(fn: Callable[[], object], repeats: int = 7, warmup: int = 2) -> float:
+  """Median wall time of `fn()`; `fn` must block until its result is ready."""
+  for _ in range(warmup):
+    fn()
+  times = []
+  for _ in range(repeats):
+    t = time.perf_counter()
+    fn()
+    times.append(time.perf_counter() - t)
+  return statistics.median(times)
+
+
+def machine() -> dict:
+  import jax
+  return dict(
+      cpu=platform.processor() or platform.machine(),
+      cores=os.cpu_count(),
+      jax=jax.__version__,
+      backend=jax.default_backend(),
+      devices=len(jax.devices()),
+  )
+
+
+def set_torch_threads() -> None:
+  import torch
+  torch.set_num_threads(os.cpu_count() or 1)
+
+
+def report(title: str, rows: list[dict], path: str | None = None) -> None:
+  """Prints rows as a markdown table and optionally appends JSON lines."""
+  keys = list(rows[0])
+  print(f"\n### {title}\n")
+  print("| " + " | ".join(keys) + " |")
+  print("|" + "---|" * len(keys))
+  for r in rows:
+    print("| " + " | ".join(
+        f"{v:.3g}" if isinstance(v, float) else str(v) for v in r.values()) + " |")
+  if path:
+    with open(path, "a") as f:
+      f.write(json.dumps(dict(title=title, machine=machine(), rows=rows)) + "\n")
