@@ -1,0 +1,190 @@
+"""Average attention per (layer, head, query, key) over a dataset split.
+
+`avg[l,h,i,j] = sum_b A_b[l,h,i,j] m_b[i] m_b[j] / sum_b m_b[i] m_b[j]`, 0 where
+the count is 0 (`shared/spec/papa.md` §4). Batches are summed on the device
+mesh inside jit (a global sum over the sharded batch axis), then added to
+float64 totals on the host: memory is independent of the dataset size, and
+the result equals the single-device one up to float32 summation order.
+
+File format (`.npz`): `avgs` float32 `[layers, heads, L, L]`, `sums` float64
+(same shape), `counts` float64 `[L, L]`, and `metadata`, a JSON string with
+`format`, `model`, `model_fingerprint`, `architecture`, `task`, `split`,
+`max_length`, `num_examples`, `attention`, `papa_layout`,
+`faithful_segment_ids`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import zipfile
+from typing import Callable, Iterable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from papa_jax import parallel
+from papa_jax.analysis import effective
+from papa_jax.models.config import EncoderConfig
+from papa_jax.models.encoder import Encoder
+
+FORMAT = "papa-jax-means/1"
+ATTENTION_KINDS = ("raw", "effective")
+
+
+class MeansFileError(ValueError):
+  """A means file that is unreadable or does not fit the run."""
+
+
+def model_fingerprint(config: EncoderConfig, params) -> str:
+  """Hash of the architecture and every parameter's bytes (16 hex digits)."""
+  h = hashlib.sha256(json.dumps(config.architecture_dict(), sort_keys=True).encode())
+  for path, leaf in jax.tree_util.tree_leaves_with_path(params):
+    h.update(jax.tree_util.keystr(path).encode())
+    h.update(np.ascontiguousarray(np.asarray(leaf, np.float32)).tobytes())
+  return h.hexdigest()[:16]
+
+
+def make_batch_sums(config: EncoderConfig, attention: str = "raw") -> Callable:
+  """`(params, batch) -> (sums [layers, H, L, L] f32, counts [L, L] f32)`."""
+  if attention not in ATTENTION_KINDS:
+    raise ValueError(f"means attention must be one of {ATTENTION_KINDS}, not {attention!r}.")
+  module = Encoder(config)
+
+  def batch_sums(params, batch):
+    m = (batch["attention_mask"] * batch["valid"][:, None]).astype(jnp.float32)
+    out = module.apply({"params": params}, batch["input_ids"], m,
+                       batch["token_type_ids"], capture_attention=True,
+                       capture_values=attention == "effective")
+    pair = m[:, :, None] * m[:, None, :]
+    sums = []
+    for layer, a in enumerate(out.attentions):
+      if attention == "effective":
+        key_mask = jnp.broadcast_to(m[:, None, :] > 0, a.shape[:-1])
+        a = effective.effective_attention(a, out.values[layer], key_mask)[0]
+      sums.append(jnp.einsum("bhqk,bqk->hqk", a, pair))
+    return jnp.stack(sums), jnp.sum(pair, axis=0)
+
+  return batch_sums
+
+
+@dataclasses.dataclass
+class MeansState:
+  """Running totals; `next_batch` is the data position to resume from."""
+
+  sums: np.ndarray
+  counts: np.ndarray
+  next_batch: int = 0
+  num_examples: int = 0
+
+  @classmethod
+  def zeros(cls, config: EncoderConfig, max_length: int) -> MeansState:
+    L = max_length
+    return cls(np.zeros((config.num_layers, config.num_heads, L, L), np.float64),
+               np.zeros((L, L), np.float64))
+
+  def averages(self) -> np.ndarray:
+    with np.errstate(invalid="ignore", divide="ignore"):
+      avg = self.sums / self.counts
+    return np.nan_to_num(avg, nan=0.0, posinf=0.0, neginf=0.0).astype(np.float32)
+
+
+def accumulate(config: EncoderConfig, params, batches: Iterable[dict], mesh, *,
+               attention: str = "raw", state: MeansState,
+               on_batch: Callable[[MeansState], None] | None = None) -> MeansState:
+  """Adds every batch's masked sums to `state` (host float64 totals).
+
+  Args:
+    config: encoder config.
+    params: encoder parameters (replicated on the mesh here).
+    batches: host batches (global, or this host's slice when multi-process).
+    mesh: the data mesh.
+    attention: "raw" or "effective".
+    state: running totals (mutated and returned).
+    on_batch: called after each batch (progress, partial checkpoints).
+  """
+  fn = jax.jit(make_batch_sums(config, attention),
+               in_shardings=(parallel.replicated(mesh), parallel.batch_sharding(mesh)),
+               out_shardings=parallel.replicated(mesh))
+  params = parallel.put_replicated(params, mesh)
+  for batch in batches:
+    n_valid = int(batch["valid"].sum())
+    sums, counts = fn(params, parallel.put_batch(batch, mesh))
+    state.sums += np.asarray(jax.device_get(sums), np.float64)
+    state.counts += np.asarray(jax.device_get(counts), np.float64)
+    state.next_batch += 1
+    state.num_examples += n_valid
+    if on_batch is not None:
+      on_batch(state)
+  return state
+
+
+def _atomic_savez(path: str, **arrays) -> None:
+  tmp = f"{path}.tmp-{os.getpid()}.npz"
+  np.savez(tmp, **arrays)
+  os.replace(tmp, path)
+
+
+def save_partial(path: str, state: MeansState, run_key: str) -> None:
+  _atomic_savez(path, sums=state.sums, counts=state.counts,
+                next_batch=state.next_batch, num_examples=state.num_examples,
+                run_key=np.asarray(run_key))
+
+
+def load_partial(path: str, run_key: str) -> MeansState | None:
+  """The partial sums of the same run, or None (absent, foreign or corrupt)."""
+  if not os.path.exists(path):
+    return None
+  try:
+    with np.load(path) as z:
+      if str(z["run_key"]) != run_key:
+        return None
+      return MeansState(z["sums"].astype(np.float64), z["counts"].astype(np.float64),
+                        int(z["next_batch"]), int(z["num_examples"]))
+  except (OSError, ValueError, KeyError, zipfile.BadZipFile, EOFError):
+    return None
+
+
+def save_means(path: str, state: MeansState, metadata: dict) -> None:
+  meta = dict(metadata, format=FORMAT, num_examples=state.num_examples)
+  _atomic_savez(path, avgs=state.averages(), sums=state.sums, counts=state.counts,
+                metadata=np.asarray(json.dumps(meta, sort_keys=True)))
+
+
+@dataclasses.dataclass
+class Means:
+  avgs: np.ndarray
+  sums: np.ndarray
+  counts: np.ndarray
+  metadata: dict
+
+
+def load_means(path: str, *, fingerprint: str | None = None,
+               max_length: int | None = None, shape: tuple | None = None) -> Means:
+  """Loads a means file, checking it fits the model and length of this run."""
+  if not os.path.exists(path):
+    raise MeansFileError(f"Means file {path} does not exist; run the 'means' stage first.")
+  try:
+    with np.load(path, allow_pickle=False) as z:
+      m = Means(z["avgs"], z["sums"], z["counts"], json.loads(str(z["metadata"])))
+  except (OSError, ValueError, KeyError, zipfile.BadZipFile, EOFError) as e:
+    raise MeansFileError(f"Means file {path} is corrupt or truncated ({type(e).__name__}: "
+                         f"{e}); delete it and rerun the 'means' stage.") from e
+  meta = m.metadata
+  if meta.get("format") != FORMAT:
+    raise MeansFileError(f"{path} has format {meta.get('format')!r}, expected {FORMAT!r}.")
+  if max_length is not None and meta.get("max_length") != max_length:
+    raise MeansFileError(f"{path} holds means for max_length={meta.get('max_length')}, but "
+                         f"this run uses max_length={max_length}; they must be equal.")
+  if fingerprint is not None and meta.get("model_fingerprint") != fingerprint:
+    raise MeansFileError(f"{path} was computed with another model ({meta.get('model')}, "
+                         f"fingerprint {meta.get('model_fingerprint')}); this run's model "
+                         f"has fingerprint {fingerprint}.")
+  if shape is not None and tuple(m.avgs.shape) != tuple(shape):
+    raise MeansFileError(f"{path} has avgs of shape {m.avgs.shape}; expected {shape}.")
+  if not np.all(np.isfinite(m.avgs)):
+    raise MeansFileError(f"{path} contains non-finite averages.")
+  return m

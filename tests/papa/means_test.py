@@ -1,0 +1,108 @@
+"""Attention means: against a direct numpy computation, sharded vs single device."""
+
+import jax
+import numpy as np
+import pytest
+
+from papa_jax import parallel
+from papa_jax.data import pipeline, preprocess, readers, tasks
+from papa_jax.papa import means as means_lib
+
+L = 32
+
+
+@pytest.fixture(scope="module")
+def sst2_rows(minilm_tokenizer, sst2_dir):
+  task = tasks.get_task("sst2")
+  recs = list(readers.read_split(task, str(sst2_dir), "validation"))[:61]
+  return preprocess.encode(task, recs, minilm_tokenizer, L)
+
+
+def _means(minilm, data, num_devices, batch_size, **kw):
+  mesh = parallel.make_mesh(num_devices)
+  state = means_lib.MeansState.zeros(minilm.config, L)
+  return means_lib.accumulate(minilm.config, minilm.params,
+                              pipeline.batches(data, batch_size), mesh, state=state, **kw)
+
+
+def test_mean_equals_numpy_over_hf_attentions(minilm, sst2_rows):
+  """Oracle: per-example attentions from Hugging Face PyTorch, averaged in numpy."""
+  pytest.importorskip("torch")
+  from tests import hf_oracle
+  data = sst2_rows.take(np.arange(20))
+  hf = hf_oracle.load_hf(minilm.model_dir)
+  _, attns = hf_oracle.run_hf(hf, data.input_ids.astype(np.int64),
+                              data.attention_mask.astype(np.int64),
+                              data.token_type_ids.astype(np.int64))
+  A = np.stack(attns, 1).astype(np.float64)  # [B, layers, H, L, L]
+  m = data.attention_mask.astype(np.float64)
+  pair = m[:, :, None] * m[:, None, :]
+  num = np.einsum("blhqk,bqk->lhqk", A, pair)
+  den = pair.sum(0)
+  want = np.where(den > 0, num / np.where(den > 0, den, 1), 0.0)
+  state = _means(minilm, data, 1, 8)
+  assert state.num_examples == 20
+  np.testing.assert_allclose(state.counts, den)
+  np.testing.assert_allclose(state.averages(), want, atol=1e-5)
+
+
+def test_mean_never_coobserved_cells_are_zero_and_rows_unnormalised(minilm, sst2_rows):
+  state = _means(minilm, sst2_rows, 1, 16)
+  avg = state.averages()
+  never = state.counts == 0
+  assert never.any() and np.all(avg[:, :, never] == 0)
+  assert not np.allclose(avg[0, 0, 0].sum(), 1.0, atol=1e-3)  # No row normalisation.
+  assert state.num_examples == 61
+
+
+def test_shard_mean_8_devices_equals_1_device(minilm, sst2_rows):
+  assert jax.device_count() == 8, "conftest sets 8 CPU devices"
+  one = _means(minilm, sst2_rows, 1, 16)  # 61 examples: last batch padded.
+  eight = _means(minilm, sst2_rows, 8, 16)
+  assert one.num_examples == eight.num_examples == 61
+  np.testing.assert_array_equal(one.counts, eight.counts)
+  assert np.abs(one.averages() - eight.averages()).max() <= 1e-6
+
+
+def test_mean_resume_from_partial_sums_equals_one_pass(minilm, sst2_rows, tmp_path):
+  mesh = parallel.make_mesh(1)
+  full = _means(minilm, sst2_rows, 1, 16)
+  state = means_lib.MeansState.zeros(minilm.config, L)
+  it = pipeline.batches(sst2_rows, 16)
+  means_lib.accumulate(minilm.config, minilm.params, [next(it), next(it)], mesh, state=state)
+  means_lib.save_partial(str(tmp_path / "p.npz"), state, "key")
+  assert means_lib.load_partial(str(tmp_path / "p.npz"), "other-run") is None
+  resumed = means_lib.load_partial(str(tmp_path / "p.npz"), "key")
+  assert resumed.next_batch == 2
+  means_lib.accumulate(minilm.config, minilm.params,
+                       pipeline.batches(sst2_rows, 16, start=resumed.next_batch), mesh,
+                       state=resumed)
+  np.testing.assert_allclose(resumed.sums, full.sums, rtol=1e-12, atol=1e-9)
+  assert resumed.num_examples == full.num_examples
+
+
+def test_mean_file_roundtrip_and_invalid_files(minilm, sst2_rows, tmp_path):
+  state = _means(minilm, sst2_rows.take(np.arange(8)), 1, 8)
+  fp = means_lib.model_fingerprint(minilm.config, minilm.params)
+  path = str(tmp_path / "means.npz")
+  means_lib.save_means(path, state, dict(model="minilm", model_fingerprint=fp, max_length=L))
+  m = means_lib.load_means(path, fingerprint=fp, max_length=L)
+  np.testing.assert_array_equal(m.avgs, state.averages())
+  assert m.metadata["num_examples"] == 8 and m.metadata["format"] == means_lib.FORMAT
+  with pytest.raises(means_lib.MeansFileError, match="max_length=32, but this run uses max_length=64"):
+    means_lib.load_means(path, fingerprint=fp, max_length=64)
+  with pytest.raises(means_lib.MeansFileError, match="another model"):
+    means_lib.load_means(path, fingerprint="0" * 16, max_length=L)
+  raw = open(path, "rb").read()
+  (tmp_path / "trunc.npz").write_bytes(raw[: len(raw) // 2])
+  with pytest.raises(means_lib.MeansFileError, match="corrupt or truncated"):
+    means_lib.load_means(str(tmp_path / "trunc.npz"))
+  with pytest.raises(means_lib.MeansFileError, match="does not exist"):
+    means_lib.load_means(str(tmp_path / "none.npz"))
+
+
+def test_model_fingerprint_distinguishes_weights(minilm):
+  other = jax.tree.map(lambda x: x, minilm.params)
+  other["layer_0"]["output"]["bias"] = other["layer_0"]["output"]["bias"] + 1e-3
+  assert (means_lib.model_fingerprint(minilm.config, minilm.params)
+          != means_lib.model_fingerprint(minilm.config, other))
