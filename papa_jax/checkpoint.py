@@ -1,0 +1,61 @@
+"""Orbax checkpoints of train states, with metadata that must match to resume.
+
+Orbax commits each step atomically (written to a temporary directory, then
+renamed), so a checkpoint killed half-way is never listed or restored. The
+JSON metadata holds a `fingerprint` of the run (model, task, static heads,
+hyper-parameters); restoring under another fingerprint is an error.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import jax
+import orbax.checkpoint as ocp
+
+
+class CheckpointError(ValueError):
+  """A checkpoint that belongs to another run or cannot be read."""
+
+
+class Checkpointer:
+  """Save/restore `(state, meta)` per step under `directory`."""
+
+  def __init__(self, directory: str, max_to_keep: int = 2):
+    self.directory = os.path.abspath(directory)
+    self._mgr = ocp.CheckpointManager(
+        self.directory, options=ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True))
+
+  def latest_step(self) -> int | None:
+    return self._mgr.latest_step()
+
+  def save(self, step: int, state: Any, meta: dict) -> None:
+    self._mgr.save(step, args=ocp.args.Composite(
+        state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)))
+    self._mgr.wait_until_finished()
+
+  def restore(self, step: int, abstract_state: Any, fingerprint: str) -> tuple[Any, dict]:
+    """Restores step `step` into the shapes/shardings of `abstract_state`."""
+    path = os.path.join(self.directory, str(step))
+    try:
+      meta = self._mgr.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
+    except Exception as e:  # Orbax raises many types for damaged files.
+      raise CheckpointError(f"Checkpoint {path} is unreadable ({type(e).__name__}: {e}); "
+                            "delete it to start that run afresh.") from e
+    if meta.get("fingerprint") != fingerprint:
+      raise CheckpointError(
+          f"Checkpoint {path} was written by another run (fingerprint "
+          f"{meta.get('fingerprint')}, this run {fingerprint}: a different model, task or "
+          "settings). Use another workdir, or set --config.overwrite=True to discard it.")
+    target = jax.tree.map(ocp.utils.to_shape_dtype_struct, abstract_state)
+    try:
+      state = self._mgr.restore(step, args=ocp.args.Composite(
+          state=ocp.args.StandardRestore(target)))["state"]
+    except Exception as e:
+      raise CheckpointError(f"Checkpoint {path} does not fit this run's train state or is "
+                            f"damaged ({type(e).__name__}: {str(e)[:300]}).") from e
+    return state, meta
+
+  def close(self) -> None:
+    self._mgr.close()
