@@ -1,0 +1,60 @@
+"""Which heads become constant: the head ranking and the static-head counts."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Sequence
+
+import numpy as np
+
+PAPER_FRACTIONS = (0.0, 0.5, 0.875, 0.9375, 1.0)
+
+
+def static_head_counts(total_heads: int, fractions: Sequence[float]) -> list[int]:
+  """`floor(f * total)` for each fraction, deduplicated, ascending.
+
+  144 heads -> 0, 72, 126, 135, 144; 384 -> 0, 192, 336, 360, 384.
+  """
+  bad = [f for f in fractions if not 0.0 <= float(f) <= 1.0]
+  if bad:
+    raise ValueError(f"papa.fractions must lie in [0, 1]; got {bad}.")
+  return sorted({int(np.floor(float(f) * total_heads + 1e-9)) for f in fractions})
+
+
+def ranking_from_lambdas(lambdas: np.ndarray) -> list[list[int]]:
+  """Heads by ascending gate logit: the least input-dependent first.
+
+  Ties break by (layer, head) order (a stable sort), unlike the original's
+  unspecified quicksort order.
+  """
+  num_heads = lambdas.shape[1]
+  order = np.argsort(np.asarray(lambdas).reshape(-1), kind="stable")
+  return [[int(i // num_heads), int(i % num_heads)] for i in order]
+
+
+def save_ranking(directory: str, lambdas: np.ndarray) -> str:
+  os.makedirs(directory, exist_ok=True)
+  np.save(os.path.join(directory, "lambdas.npy"), np.asarray(lambdas, np.float32))
+  path = os.path.join(directory, "sorted_heads.json")
+  tmp = path + ".tmp"
+  with open(tmp, "w") as f:
+    json.dump(ranking_from_lambdas(lambdas), f)
+  os.replace(tmp, path)
+  return path
+
+
+def load_ranking(path: str, num_layers: int, num_heads: int) -> list[list[int]]:
+  """Reads `sorted_heads.json`, checking it is a permutation of this model's heads."""
+  if not os.path.exists(path):
+    raise FileNotFoundError(f"{path} does not exist; run the 'sort' stage first.")
+  try:
+    with open(path) as f:
+      ranking = json.load(f)
+  except json.JSONDecodeError as e:
+    raise ValueError(f"{path} is not valid JSON ({e}); rerun the 'sort' stage.") from e
+  pairs = {tuple(p) for p in ranking}
+  want = {(l, h) for l in range(num_layers) for h in range(num_heads)}
+  if len(ranking) != len(want) or pairs != want:
+    raise ValueError(f"{path} is not a ranking of this model's {num_layers}x{num_heads} heads.")
+  return [list(p) for p in ranking]

@@ -1,0 +1,120 @@
+"""The pipeline end to end on a tiny real config, and its fail-fast checks."""
+
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+from configs import quickstart
+from papa_jax import run
+from papa_jax.data import DataError
+from papa_jax.papa import means as means_lib
+from tests.conftest import require_shared
+
+
+def tiny_config(tmp_path, **overrides):
+  c = quickstart.get_config()
+  c.data.data_dir = str(require_shared("data", "sst2"))
+  c.data.tfds_dir = str(tmp_path / "tfds")
+  c.data.max_length = 32
+  c.data.max_train_examples = 48
+  c.data.max_eval_examples = 32
+  c.means.batch_size = 16
+  c.papa.fractions = (0.0, 0.5, 1.0)
+  c.probe.epochs = 2
+  c.probe.cache_features = False
+  c.probe.encoder_dropout = True
+  c.probe.feature_dtype = "float32"
+  c.sort.epochs = 1
+  c.sort.max_train_examples = -1
+  c.log_every_steps = 2
+  for k, v in overrides.items():
+    node = c
+    *parents, leaf = k.split(".")
+    for p in parents:
+      node = node[p]
+    node[leaf] = v
+  return c
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory, minilm):
+  del minilm  # Skip cleanly when the packaged model is missing.
+  tmp = tmp_path_factory.mktemp("e2e")
+  wd = str(tmp / "wd")
+  rows = run.run(tiny_config(tmp), wd)
+  return tmp, wd, rows
+
+
+def test_run_end_to_end_writes_readable_results(finished):
+  _, wd, rows = finished
+  assert [r["static_heads"] for r in rows] == [0, 36, 72]
+  for name in ("results.json", "results.csv", "results.md", "papa_curve.png", "config.json",
+               "means/means_raw.npz", "sort/sorted_heads.json", "sort/lambdas.npy"):
+    assert os.path.exists(os.path.join(wd, name)), name
+  res = json.load(open(os.path.join(wd, "results.json")))
+  assert res["seed"] == 42 and "jax" in res["versions"] and "config" in res
+  assert {r["static_heads"] for r in res["rows"]} == {0, 36, 72}
+  assert res["summary"][0]["baseline"] == rows[0]["score"]
+  assert all(0.0 <= r["score"] <= 1.0 and r["examples"] == 48 for r in res["rows"])
+  means = means_lib.load_means(os.path.join(wd, "means", "means_raw.npz"))
+  assert means.metadata["num_examples"] == 48 and means.avgs.shape == (6, 12, 32, 32)
+  ranking = json.load(open(os.path.join(wd, "sort", "sorted_heads.json")))
+  lam = np.load(os.path.join(wd, "sort", "lambdas.npy"))
+  assert sorted(map(tuple, ranking)) == [(l, h) for l in range(6) for h in range(12)]
+  assert lam.reshape(-1)[ranking[0][0] * 12 + ranking[0][1]] == lam.min()
+  assert "| raw | 36/72 |" in open(os.path.join(wd, "results.md")).read()
+
+
+def test_run_rerun_reuses_finished_work(finished):
+  tmp, wd, rows = finished
+  again = run.run(tiny_config(tmp), wd)
+  assert [r["score"] for r in again] == [r["score"] for r in rows]
+  assert [r["seconds"] for r in again] == [r["seconds"] for r in rows]  # Loaded, not re-run.
+
+
+def test_invalid_workdir_of_another_config_is_refused(finished):
+  tmp, wd, _ = finished
+  with pytest.raises(run.ConfigError, match=r"different config.*probe.learning_rate"):
+    run.run(tiny_config(tmp, **{"probe.learning_rate": 1e-3}), wd)
+
+
+def test_invalid_max_length_differs_from_saved_means(finished, tmp_path):
+  tmp, wd, _ = finished
+  other = tmp_path / "wd2"
+  shutil.copytree(os.path.join(wd, "means"), other / "means")
+  with pytest.raises(means_lib.MeansFileError, match="max_length=32, but this run uses max_length=16"):
+    run.run(tiny_config(tmp, **{"data.max_length": 16, "stage": "probe"}), str(other))
+
+
+def test_invalid_means_from_another_model(finished, tmp_path):
+  import importlib.util
+  spec = importlib.util.find_spec("sre_embedding_model")
+  if spec is None:
+    pytest.skip("sre-embedding-model not installed")
+  tmp, wd, _ = finished
+  other = tmp_path / "wd3"
+  shutil.copytree(os.path.join(wd, "means"), other / "means")
+  model_dir = os.path.join(list(spec.submodule_search_locations)[0], "model_weights")
+  with pytest.raises(means_lib.MeansFileError, match="another model"):
+    run.run(tiny_config(tmp, **{"model.name": model_dir, "stage": "probe"}), str(other))
+
+
+def test_invalid_unknown_task_and_missing_data_fail_fast(tmp_path):
+  with pytest.raises(ValueError, match="Unknown task 'sst5'"):
+    run.run(tiny_config(tmp_path, **{"data.task": "sst5"}), str(tmp_path / "a"))
+  (tmp_path / "empty").mkdir()
+  with pytest.raises(DataError, match=r"lacks 'train.tsv'"):
+    run.run(tiny_config(tmp_path, **{"data.data_dir": str(tmp_path / "empty")}),
+            str(tmp_path / "b"))
+
+
+def test_invalid_config_values_fail_fast(tmp_path):
+  with pytest.raises(run.ConfigError, match="needs a deterministic encoder"):
+    run.run(tiny_config(tmp_path, **{"probe.cache_features": True}), str(tmp_path / "c"))
+  with pytest.raises(run.ConfigError, match="stage="):
+    run.run(tiny_config(tmp_path, stage="everything"), str(tmp_path / "d"))
+  with pytest.raises(run.ConfigError, match="papa.variants"):
+    run.run(tiny_config(tmp_path, **{"papa.variants": "raw,fancy"}), str(tmp_path / "e"))
