@@ -1,0 +1,10 @@
+"""PAPA: bert-large-uncased on ner (the paper's recipe; see configs/base.py).
+
+  python launch/main.py --config=configs/bert_large_ner.py --workdir=workdirs/bert_large_ner
+"""
+
+from configs import base
+
+
+def get_config():
+  return base.papa_config("bert_large", "ner")

@@ -1,0 +1,10 @@
+"""PAPA: bert-large-uncased on sst2 (the paper's recipe; see configs/base.py).
+
+  python launch/main.py --config=configs/bert_large_sst2.py --workdir=workdirs/bert_large_sst2
+"""
+
+from configs import base
+
+
+def get_config():
+  return base.papa_config("bert_large", "sst2")

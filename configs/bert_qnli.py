@@ -1,0 +1,10 @@
+"""PAPA: bert-base-uncased on qnli (the paper's recipe; see configs/base.py).
+
+  python launch/main.py --config=configs/bert_qnli.py --workdir=workdirs/bert_qnli
+"""
+
+from configs import base
+
+
+def get_config():
+  return base.papa_config("bert", "qnli")

