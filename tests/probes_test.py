@@ -106,3 +106,24 @@ def test_probe_loss_decreases_on_real_data_all_heads_static(minilm, minilm_token
       state, loss = step(state, parallel.put_batch(b, mesh), minilm.params, constants)
       losses.append(float(loss))
   assert np.mean(losses[-4:]) < 0.8 * np.mean(losses[:4]), losses
+
+
+def test_probe_losses_match_numpy():
+  rng = np.random.default_rng(0)
+  logits = rng.normal(size=(4, 3)).astype(np.float32)
+  labels = np.array([0, 2, 1, 1])
+  valid = np.array([True, True, True, False])
+  logp = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+  ce = -logp[np.arange(4), labels]
+  got, n = probes.loss_fn("classification", logits, labels, valid)
+  np.testing.assert_allclose(got, ce[:3].mean(), rtol=1e-6)
+  assert n == 3
+  got, _ = probes.loss_fn("regression", logits[:, :1], labels.astype(np.float32), valid)
+  np.testing.assert_allclose(got, ((logits[:3, 0] - labels[:3]) ** 2).mean(), rtol=1e-6)
+  tl = rng.normal(size=(2, 3, 4)).astype(np.float32)
+  tags = np.array([[1, preprocess.IGNORE, 3], [0, 2, preprocess.IGNORE]])
+  lp = tl - np.log(np.exp(tl).sum(-1, keepdims=True))
+  want = -np.mean([lp[0, 0, 1], lp[0, 2, 3], lp[1, 0, 0], lp[1, 1, 2]])
+  got, n = probes.loss_fn("tagging", tl, tags, np.array([True, True]))
+  np.testing.assert_allclose(got, want, rtol=1e-6)
+  assert n == 4

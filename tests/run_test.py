@@ -118,3 +118,14 @@ def test_invalid_config_values_fail_fast(tmp_path):
     run.run(tiny_config(tmp_path, stage="everything"), str(tmp_path / "d"))
   with pytest.raises(run.ConfigError, match="papa.variants"):
     run.run(tiny_config(tmp_path, **{"papa.variants": "raw,fancy"}), str(tmp_path / "e"))
+
+
+def test_run_end_to_end_ner_token_tagging(tmp_path, minilm):
+  del minilm
+  c = tiny_config(tmp_path, **{"data.task": "ner", "data.max_length": 24,
+                               "papa.fractions": (0.0, 1.0), "probe.epochs": 1})
+  c.data.data_dir = str(require_shared("data", "conll2003"))
+  rows = run.run(c, str(tmp_path / "ner"))
+  assert [r["static_heads"] for r in rows] == [0, 72]
+  assert rows[0]["metric"] == "f1" and set(rows[0]["scores"]) == {"f1", "precision", "recall", "accuracy"}
+  assert not os.path.exists(tmp_path / "ner" / "sort" / "sorted_heads.json")  # Not needed.
