@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+from typing import Callable
 
 import jax
 import numpy as np
 from absl import logging
+from jax.flatten_util import ravel_pytree
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 DATA = "data"
@@ -75,6 +77,20 @@ def put_batch(batch: dict[str, np.ndarray], mesh: Mesh) -> dict[str, jax.Array]:
 
 def put_replicated(tree, mesh: Mesh):
   return jax.device_put(tree, replicated(mesh))
+
+
+def sharded_sum(fn: Callable, mesh: Mesh) -> Callable:
+  """`jit(shard_map(fn))` whose outputs (sums over the batch) are psum-med once.
+
+  `fn(replicated, local_batch) -> pytree of float32 sums` runs per device on
+  its rows; the pytree is flattened into one vector and reduced with a single
+  `psum` over `data`, so the program holds exactly one collective (many small
+  all-reduces can deadlock XLA's CPU collectives when devices outnumber cores).
+  """
+  def local(params, batch):
+    flat, unravel = ravel_pytree(fn(params, batch))
+    return unravel(jax.lax.psum(flat, DATA))
+  return jax.jit(jax.shard_map(local, mesh=mesh, in_specs=(P(), P(DATA)), out_specs=P()))
 
 
 def is_main_process() -> bool:

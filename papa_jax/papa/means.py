@@ -1,10 +1,10 @@
 """Average attention per (layer, head, query, key) over a dataset split.
 
 `avg[l,h,i,j] = sum_b A_b[l,h,i,j] m_b[i] m_b[j] / sum_b m_b[i] m_b[j]`, 0 where
-the count is 0 (`shared/spec/papa.md` §4). Batches are summed on the device
-mesh inside jit (a global sum over the sharded batch axis), then added to
-float64 totals on the host: memory is independent of the dataset size, and
-the result equals the single-device one up to float32 summation order.
+the count is 0 (`shared/spec/papa.md` §4). Each device sums its rows of a
+batch (shard_map), one psum adds the devices' sums, and the host adds batches
+into float64 totals: memory is independent of the dataset size, and the
+result equals the single-device one up to float32 summation order.
 
 File format (`.npz`): `avgs` float32 `[layers, heads, L, L]`, `sums` float64
 (same shape), `counts` float64 `[L, L]`, and `metadata`, a JSON string with
@@ -106,9 +106,7 @@ def accumulate(config: EncoderConfig, params, batches: Iterable[dict], mesh, *,
     state: running totals (mutated and returned).
     on_batch: called after each batch (progress, partial checkpoints).
   """
-  fn = jax.jit(make_batch_sums(config, attention),
-               in_shardings=(parallel.replicated(mesh), parallel.batch_sharding(mesh)),
-               out_shardings=parallel.replicated(mesh))
+  fn = parallel.sharded_sum(make_batch_sums(config, attention), mesh)
   params = parallel.put_replicated(params, mesh)
   for batch in batches:
     n_valid = int(batch["valid"].sum())
