@@ -78,7 +78,9 @@ def get_config() -> ml_collections.ConfigDict:
       max_examples=-1,
       batch_size=16,
       rtol=-1.0,  # Rank tolerance relative to sigma_max; -1: max(n, d) * eps.
-      example_index=0,  # Example shown in the attention-map figure.
+      example_index=0,  # Which long example the attention-map figure shows.
+      figure_layer=-1,  # Layer and head of that figure; -1: the largest null part.
+      figure_head=-1,
       min_valid_tokens=0,  # Only examples with more real tokens than this.
   ))
   return c

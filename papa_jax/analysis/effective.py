@@ -28,6 +28,16 @@ class EffectiveInfo(NamedTuple):
   sigma: Array  # [..., min(nk, d)] descending
 
 
+def _factor(T: Array, method: str) -> tuple[Array, Array]:
+  """Left singular vectors and singular values of T (thin)."""
+  if method == "qr_svd":
+    q, r = jnp.linalg.qr(T, mode="reduced")
+    ur, s, _ = jnp.linalg.svd(r, full_matrices=False)
+    return jnp.matmul(q, ur, precision=HIGHEST), s
+  u, s, _ = jnp.linalg.svd(T, full_matrices=False)
+  return u, s
+
+
 def range_basis(T: Array, key_mask: Array | None = None, *, rtol: float | None = None,
                 method: str = "qr_svd") -> tuple[Array, EffectiveInfo]:
   """Orthonormal basis of `col(T)` on real keys, columns beyond the rank zeroed.
@@ -52,14 +62,17 @@ def range_basis(T: Array, key_mask: Array | None = None, *, rtol: float | None =
       raise ValueError(f"key_mask shape {key_mask.shape} does not match T's {T.shape[:-1]}.")
     T = jnp.where(key_mask[..., None], T, 0)
     n_valid = jnp.sum(key_mask, axis=-1)
-  if method == "qr_svd":
-    q, r = jnp.linalg.qr(T, mode="reduced")
-    ur, s, _ = jnp.linalg.svd(r, full_matrices=False)
-    u = jnp.matmul(q, ur, precision=HIGHEST)
-  elif method == "svd":
-    u, s, _ = jnp.linalg.svd(T, full_matrices=False)
-  else:
+  if method not in ("qr_svd", "svd"):
     raise ValueError(f"Unknown method {method!r}; use 'qr_svd' or 'svd'.")
+  if T.ndim > 2 and jax.default_backend() == "cpu":
+    # One matrix per LAPACK call: jaxlib fans a batched call out over the
+    # intra-op thread pool, which deadlocks when several (virtual) CPU devices
+    # run it at once. ~15% slower on one device; GPUs/TPUs keep batched calls.
+    flat = T.reshape((-1,) + T.shape[-2:])
+    u, s = jax.lax.map(lambda t: _factor(t, method), flat)
+    u, s = u.reshape(T.shape[:-1] + u.shape[-1:]), s.reshape(T.shape[:-2] + s.shape[-1:])
+  else:
+    u, s = _factor(T, method)
   eps = jnp.finfo(T.dtype).eps
   tol = (rtol if rtol is not None else jnp.maximum(n_valid, d)[..., None] * eps) * s[..., :1]
   keep = (s > tol) & (s > 0)

@@ -1,0 +1,78 @@
+"""Figures of the raw-vs-effective analysis (matplotlib, Agg backend)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from papa_jax.analysis.stats import CATEGORIES
+
+
+def _plt():
+  import matplotlib  # pylint: disable=import-outside-toplevel
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
+  return plt
+
+
+def mass_heatmaps(mass_raw: np.ndarray, mass_eff: np.ndarray, path: str, title: str) -> None:
+  """Layer x head heatmaps of attention mass per category, raw beside effective."""
+  plt = _plt()
+  cats = len(CATEGORIES)
+  fig, axes = plt.subplots(2, cats, figsize=(3.1 * cats, 5.6), dpi=120, squeeze=False)
+  for c, name in enumerate(CATEGORIES):
+    lo = min(mass_raw[..., c].min(), mass_eff[..., c].min(), 0.0)
+    hi = max(mass_raw[..., c].max(), mass_eff[..., c].max())
+    for r, (label, m) in enumerate((("raw", mass_raw), ("effective", mass_eff))):
+      ax = axes[r, c]
+      im = ax.imshow(m[..., c], vmin=lo, vmax=hi, cmap="viridis", aspect="auto")
+      ax.set_title(f"{label}: mass on {name.upper()}", fontsize=8)
+      ax.set_xlabel("head", fontsize=7)
+      ax.set_ylabel("layer", fontsize=7)
+      ax.tick_params(labelsize=6)
+      fig.colorbar(im, ax=ax, fraction=0.046)
+  fig.suptitle(title, fontsize=9)
+  fig.tight_layout()
+  fig.savefig(path)
+  plt.close(fig)
+
+
+def agreement_heatmaps(stats: dict, path: str, title: str) -> None:
+  """JS divergence, correlation and relative null norm per (layer, head)."""
+  plt = _plt()
+  panels = (("js", "JS(raw, clipped effective)"), ("corr", "corr(A, A_eff)"),
+            ("null_ratio", "||A_null|| / ||A||"))
+  fig, axes = plt.subplots(1, 3, figsize=(10, 3.2), dpi=120)
+  for ax, (key, label) in zip(axes, panels):
+    im = ax.imshow(stats[key], cmap="magma", aspect="auto")
+    ax.set_title(label, fontsize=8)
+    ax.set_xlabel("head", fontsize=7)
+    ax.set_ylabel("layer", fontsize=7)
+    ax.tick_params(labelsize=6)
+    fig.colorbar(im, ax=ax, fraction=0.046)
+  fig.suptitle(title, fontsize=9)
+  fig.tight_layout()
+  fig.savefig(path)
+  plt.close(fig)
+
+
+def attention_maps(raw: np.ndarray, eff: np.ndarray, tokens: list[str], path: str,
+                   title: str) -> None:
+  """One example's attention map, raw beside effective (same signed colour scale)."""
+  plt = _plt()
+  n = len(tokens)
+  size = max(5.0, 0.16 * n)
+  fig, axes = plt.subplots(1, 3, figsize=(3 * size * 0.75, size * 0.8), dpi=110)
+  lim = max(np.abs(raw).max(), np.abs(eff).max())
+  for ax, (label, m) in zip(axes, (("raw A", raw), ("effective A_eff", eff),
+                                   ("null A - A_eff", raw - eff))):
+    im = ax.imshow(m, cmap="RdBu_r", vmin=-lim, vmax=lim)
+    ax.set_title(label, fontsize=8)
+    ax.set_xticks(range(n))
+    ax.set_yticks(range(n))
+    ax.set_xticklabels(tokens, rotation=90, fontsize=max(3, 7 - n // 20))
+    ax.set_yticklabels(tokens, fontsize=max(3, 7 - n // 20))
+    fig.colorbar(im, ax=ax, fraction=0.046)
+  fig.suptitle(title, fontsize=9)
+  fig.tight_layout()
+  fig.savefig(path)
+  plt.close(fig)

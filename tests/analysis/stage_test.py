@@ -1,0 +1,120 @@
+"""The effective-attention analysis: statistics vs numpy, sharding, the stage, PAPA-eff."""
+
+import json
+import os
+
+import jax
+import numpy as np
+import pytest
+
+from papa_jax import parallel, run
+from papa_jax.analysis import stats
+from papa_jax.data import pipeline, preprocess, readers, tasks
+from tests.conftest import require_shared
+from tests.run_test import tiny_config
+
+
+@pytest.fixture(scope="module")
+def long_batch(minilm_tokenizer, sst2_dir):
+  task = tasks.get_task("sst2")
+  recs = sorted(readers.read_split(task, str(sst2_dir), "validation"),
+                key=lambda r: -len(r["text_a"]))[:5]
+  recs += list(readers.read_split(task, str(sst2_dir), "validation"))[:6]
+  enc = preprocess.encode(task, recs, minilm_tokenizer, 64, papa_layout=False)
+  cats = stats.category_ids(enc.input_ids, enc.attention_mask, minilm_tokenizer)
+  return dict(enc.arrays(), categories=cats)
+
+
+def _numpy_stats(minilm, arrays, layer):
+  """Per-example statistics with float64 numpy (pinv projection), averaged."""
+  out = minilm.apply(arrays["input_ids"], arrays["attention_mask"],
+                     token_type_ids=arrays["token_type_ids"], capture_attention=True,
+                     capture_values=True)
+  A_all = np.asarray(out.attentions[layer], np.float64)
+  V_all = np.asarray(out.values[layer], np.float64)
+  acc = {k: [] for k in ("mass_raw", "mass_eff", "corr", "null_ratio", "js")}
+  for b in range(len(A_all)):
+    s = arrays["attention_mask"][b].astype(bool)
+    cat = arrays["categories"][b][s]
+    per = {k: [] for k in acc}
+    for h in range(A_all.shape[1]):
+      A = A_all[b, h][np.ix_(s, s)]
+      T = V_all[b, h][s]
+      E = A @ T @ np.linalg.pinv(T)
+      per["mass_raw"].append([A[:, cat == c].sum(1).mean() for c in range(4)])
+      per["mass_eff"].append([E[:, cat == c].sum(1).mean() for c in range(4)])
+      per["corr"].append(np.corrcoef(A.ravel(), E.ravel())[0, 1])
+      per["null_ratio"].append(np.linalg.norm(A - E) / np.linalg.norm(A))
+      q = np.maximum(E, 0)
+      q /= q.sum(1, keepdims=True)
+      m = (A + q) / 2
+      kl = lambda p: np.sum(np.where(p > 0, p * np.log(np.where(p > 0, p, 1) / m), 0), 1)
+      per["js"].append(np.mean(0.5 * kl(A) + 0.5 * kl(q)))
+    for k in acc:
+      acc[k].append(per[k])
+  return {k: np.mean(np.asarray(v), 0) for k, v in acc.items()}
+
+
+def test_effective_stats_match_numpy(minilm, long_batch):
+  fn = jax.jit(stats.make_batch_stats(minilm.config))
+  batch = pipeline.gather(long_batch, np.arange(len(long_batch["labels"])))
+  st = stats.finalize(jax.tree.map(np.asarray, fn(minilm.params, batch)))
+  assert st["count/all"] == 11 and 0 < st["count/long"] < 11
+  for layer in (0, 3):
+    want = _numpy_stats(minilm, long_batch, layer)
+    for k, tol in (("mass_raw", 1e-5), ("mass_eff", 1e-4), ("corr", 1e-4),
+                   ("null_ratio", 1e-4), ("js", 1e-4)):
+      np.testing.assert_allclose(st[f"{k}/all"][layer], want[k], atol=tol, err_msg=k)
+
+
+def test_effective_stats_8_devices_equal_1(minilm, long_batch):
+  outs = []
+  for n in (1, 8):
+    mesh = parallel.make_mesh(n)
+    fn = parallel.sharded_sum(stats.make_batch_stats(minilm.config), mesh)
+    total = {}
+    for b in pipeline.batches(long_batch, 8):  # 11 examples: the last batch is padded.
+      for k, v in jax.device_get(fn(minilm.params, parallel.put_batch(b, mesh))).items():
+        total[k] = total.get(k, 0) + np.asarray(v, np.float64)
+    outs.append(stats.finalize(total))
+  for k in outs[0]:
+    np.testing.assert_allclose(outs[0][k], outs[1][k], atol=2e-5, err_msg=k)
+
+
+def test_effective_stage_writes_stats_and_figures(tmp_path, minilm):
+  del minilm
+  c = tiny_config(tmp_path, stage="effective", **{
+      "data.max_length": 64, "data.papa_layout": False, "effective.max_examples": 24,
+      "effective.batch_size": 8})
+  summary = run.run(c, str(tmp_path / "wd"))
+  out = tmp_path / "wd" / "effective"
+  for f in ("stats.json", "stats.csv", "mass_heatmaps.png", "agreement_heatmaps.png",
+            "example_attention.png"):
+    assert (out / f).exists(), f
+  st = json.load(open(out / "stats.json"))
+  assert st["summary"]["examples"] == 24 == summary["examples"]
+  assert np.asarray(st["mass_raw/all"]).shape == (6, 12, 4)
+  np.testing.assert_allclose(np.asarray(st["mass_raw/all"]).sum(-1), 1.0, atol=1e-4)
+  assert len(open(out / "stats.csv").read().splitlines()) == 1 + 2 * 72
+
+
+def test_invalid_effective_figure_head_does_not_exist(tmp_path, minilm):
+  del minilm
+  c = tiny_config(tmp_path, stage="effective", **{"effective.figure_head": 12})
+  with pytest.raises(ValueError, match="figure_head=12 does not exist"):
+    run.run(c, str(tmp_path / "wd"))
+
+
+def test_papa_effective_variant_reported_beside_raw(tmp_path, minilm):
+  """PAPA with mean *effective* attention; at 32 tokens (<= head dim) means coincide."""
+  del minilm
+  c = tiny_config(tmp_path, **{"papa.variants": "raw,effective", "papa.fractions": (0.0, 1.0),
+                               "probe.epochs": 1})
+  rows = run.run(c, str(tmp_path / "wd"))
+  assert [(r["variant"], r["static_heads"]) for r in rows] == [
+      ("raw", 0), ("raw", 72), ("effective", 72)]
+  raw = np.load(tmp_path / "wd" / "means" / "means_raw.npz")["avgs"]
+  eff = np.load(tmp_path / "wd" / "means" / "means_effective.npz")["avgs"]
+  np.testing.assert_allclose(eff, raw, atol=1e-5)  # Every input is shorter than 32.
+  md = open(tmp_path / "wd" / "results.md").read()
+  assert "| effective |" in md and "| raw |" in md
