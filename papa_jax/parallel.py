@@ -25,8 +25,8 @@ def maybe_initialize_distributed(config) -> None:
     return
   if jax.distributed.is_initialized():
     return
-  if jax.default_backend() == "cpu" or d.cpu_collectives:
-    jax.config.update("jax_cpu_collectives_implementation", d.cpu_collectives or "gloo")
+  if d.cpu_collectives:  # Must not touch the backend before initialize().
+    jax.config.update("jax_cpu_collectives_implementation", d.cpu_collectives)
   kwargs = {}
   if d.coordinator_address:
     kwargs["coordinator_address"] = d.coordinator_address

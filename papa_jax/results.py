@@ -59,7 +59,7 @@ def markdown(rows: Sequence[dict]) -> str:
         _fmt(s["relative_drop"], pct=True), _fmt(s["half_heads"]), f"{s['seconds']:.0f}"]) + " |")
   lines += ["", "| variant | static heads | fraction | score | best epoch score | seconds |",
             "|---|---|---|---|---|---|"]
-  for r in sorted(rows, key=lambda r: (r["variant"], r["static_heads"])):
+  for r in sorted(rows, key=lambda r: (r["variant"] != "raw", r["variant"], r["static_heads"])):
     lines.append(f"| {r['variant']} | {r['static_heads']}/{r['total_heads']} | "
                  f"{r['fraction']:.4f} | {r['score']:.4f} | {r['best_score']:.4f} | "
                  f"{r['seconds']:.0f} |")

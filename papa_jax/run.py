@@ -40,10 +40,13 @@ from papa_jax.progress import Progress
 
 STAGES = ("means", "sort", "probe", "all", "effective")
 VARIANTS = means_lib.ATTENTION_KINDS
-# Config fields that do not change results (excluded from workdir checks).
+# Config fields that do not change any finished run's result (excluded from
+# workdir and run fingerprints). papa.variants / papa.fractions only choose
+# which runs exist, so extending them reuses the runs already done.
 _VOLATILE = ("stage", "overwrite", "log_every_steps", "means.checkpoint_every_batches",
              "distributed", "mesh", "probe.cache_dir", "probe.cache_max_gb",
-             "probe.eval_batch_size", "means.batch_size", "effective.batch_size")
+             "probe.eval_batch_size", "means.batch_size", "effective", "papa.variants",
+             "papa.fractions")
 
 
 class ConfigError(ValueError):

@@ -81,6 +81,16 @@ def test_invalid_workdir_of_another_config_is_refused(finished):
     run.run(tiny_config(tmp, **{"probe.learning_rate": 1e-3}), wd)
 
 
+def test_run_extending_fractions_reuses_finished_runs(finished, tmp_path):
+  tmp, wd, rows = finished
+  other = str(tmp_path / "wd_more")
+  shutil.copytree(wd, other)
+  more = run.run(tiny_config(tmp, **{"papa.fractions": (0.0, 0.5, 0.875, 1.0)}), other)
+  assert [r["static_heads"] for r in more] == [0, 36, 63, 72]
+  done = {r["static_heads"]: r["seconds"] for r in rows}
+  assert all(r["seconds"] == done[r["static_heads"]] for r in more if r["static_heads"] in done)
+
+
 def test_invalid_max_length_differs_from_saved_means(finished, tmp_path):
   tmp, wd, _ = finished
   other = tmp_path / "wd2"
