@@ -1,0 +1,158 @@
+"""Reliability: kill -9 and resume, determinism, two-process runs, launcher errors.
+
+These drive `launch/main.py` in subprocesses, exactly as a user would.
+"""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from tests.conftest import require_shared
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MAIN = os.path.join(ROOT, "launch", "main.py")
+
+
+def _args(workdir, tfds_dir, extra=()):
+  """A quickstart-sized run small enough for CI, slow enough to kill mid-stage."""
+  return [sys.executable, MAIN, "--config=" + os.path.join(ROOT, "configs", "quickstart.py"),
+          f"--workdir={workdir}", f"--config.data.tfds_dir={tfds_dir}",
+          f"--config.data.data_dir={require_shared('data', 'sst2')}",
+          "--config.data.max_length=32", "--config.data.max_train_examples=480",
+          "--config.data.max_eval_examples=64", "--config.means.batch_size=16",
+          "--config.means.checkpoint_every_batches=3", "--config.papa.fractions=(0.0,1.0)",
+          "--config.probe.cache_features=False", "--config.probe.encoder_dropout=True",
+          "--config.probe.feature_dtype=float32", "--config.probe.epochs=3",
+          "--config.log_every_steps=10", *extra]
+
+
+def _env(devices=1):
+  return dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
+              PYTHONUNBUFFERED="1", HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+
+
+def _run(args, timeout=600, env=None):
+  out = subprocess.run(args, capture_output=True, text=True, timeout=timeout, env=env or _env())
+  assert out.returncode == 0, out.stderr[-4000:]
+  return out
+
+
+def _kill_when(args, path, timeout=300, env=None):
+  """Starts the run and SIGKILLs it as soon as `path` exists."""
+  proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                          env=env or _env())
+  t0 = time.time()
+  while not os.path.exists(path):
+    if proc.poll() is not None:
+      raise AssertionError(f"run ended before {path} appeared:\n{proc.stderr.read()[-3000:]}")
+    if time.time() - t0 > timeout:
+      proc.kill()
+      raise AssertionError(f"{path} never appeared")
+    time.sleep(0.05)
+  proc.send_signal(signal.SIGKILL)
+  proc.wait()
+  return proc.returncode
+
+
+def _results(workdir):
+  with open(os.path.join(workdir, "results.json")) as f:
+    res = json.load(f)
+  return [(r["variant"], r["static_heads"], r["score"], r["best_score"]) for r in res["rows"]], res
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory, minilm):
+  del minilm
+  tmp = tmp_path_factory.mktemp("reliability")
+  wd = tmp / "reference"
+  _run(_args(str(wd), str(tmp / "tfds")))
+  return tmp, wd
+
+
+def test_determinism_same_config_twice_gives_identical_results(reference):
+  tmp, wd = reference
+  again = tmp / "again"
+  _run(_args(str(again), str(tmp / "tfds")))
+  rows_a, res = _results(wd)
+  rows_b, _ = _results(again)
+  assert rows_a == rows_b  # Scores identical, not merely close.
+  np.testing.assert_array_equal(np.load(wd / "means" / "means_raw.npz")["sums"],
+                                np.load(again / "means" / "means_raw.npz")["sums"])
+  assert res["seed"] == 42 and res["config"]["probe"]["seed"] == 42
+  assert "jax" in res["versions"] and "flax" in res["versions"]
+  assert "git_revision" in res
+
+
+def test_resume_after_sigkill_in_means_and_in_training(reference):
+  tmp, wd = reference
+  killed = tmp / "killed"
+  args = _args(str(killed), str(tmp / "tfds"))
+  # 1. Killed during the attention-means pass, once partial sums exist.
+  rc = _kill_when(args, str(killed / "means" / "means_raw.partial.npz"))
+  assert rc == -signal.SIGKILL
+  assert not (killed / "means" / "means_raw.npz").exists()
+  # 2. Rerun, killed during probe training after an epoch's checkpoint.
+  rc = _kill_when(args, str(killed / "probe" / "raw_k0" / "checkpoints" / "1"))
+  assert rc == -signal.SIGKILL
+  assert (killed / "means" / "means_raw.npz").exists()
+  assert not (killed / "probe" / "raw_k0" / "result.json").exists()
+  # 3. Rerun to the end: same means and scores as the uninterrupted run.
+  out = _run(args)
+  assert "resumed after epoch" in out.stderr
+  ref = np.load(wd / "means" / "means_raw.npz")
+  got = np.load(killed / "means" / "means_raw.npz")
+  assert np.abs(ref["avgs"] - got["avgs"]).max() <= 1e-6
+  np.testing.assert_array_equal(ref["counts"], got["counts"])
+  assert _results(killed)[0] == _results(wd)[0]
+
+
+def _free_port():
+  with socket.socket() as s:
+    s.bind(("localhost", 0))
+    return s.getsockname()[1]
+
+
+def test_multiprocess_means_equal_single_process(reference):
+  """Two JAX processes (gloo on localhost), each reading its own data shard."""
+  tmp, wd = reference
+  multi = tmp / "multi"
+  port = _free_port()
+  procs = []
+  for pid in range(2):
+    extra = ["--config.stage=means", "--config.distributed.enabled=True",
+             f"--config.distributed.coordinator_address=localhost:{port}",
+             "--config.distributed.num_processes=2", f"--config.distributed.process_id={pid}",
+             "--config.distributed.cpu_collectives=gloo"]
+    procs.append(subprocess.Popen(_args(str(multi), str(tmp / "tfds"), extra),
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                  env=_env(devices=1)))
+  for p in procs:
+    _, err = p.communicate(timeout=600)
+    assert p.returncode == 0, err[-4000:]
+  assert "Process 1 of 2" in err
+  ref = np.load(wd / "means" / "means_raw.npz")
+  got = np.load(multi / "means" / "means_raw.npz")
+  assert json.loads(str(got["metadata"]))["num_examples"] == 480
+  np.testing.assert_array_equal(ref["counts"], got["counts"])
+  assert np.abs(ref["avgs"] - got["avgs"]).max() <= 1e-6
+
+
+@pytest.mark.parametrize("flag,message", [
+    ("--config.probe.lerning_rate=1e-3", "lerning_rate"),
+    ("--config.probe.epochs=many", "epochs"),
+    ("--config.data.max_length=1.5", "max_length"),
+])
+def test_invalid_launcher_config_flags_fail(flag, message, tmp_path):
+  out = subprocess.run([sys.executable, MAIN, "--config=" + os.path.join(ROOT, "configs", "quickstart.py"),
+                        f"--workdir={tmp_path / 'w'}", flag], capture_output=True, text=True,
+                       timeout=120, env=_env())
+  assert out.returncode != 0
+  assert message in out.stderr
+  assert not (tmp_path / "w").exists()  # Nothing was written.
