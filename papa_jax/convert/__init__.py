@@ -12,8 +12,6 @@ import importlib.util
 import os
 from typing import Any
 
-import jax
-
 from papa_jax.convert.checkpoint_io import read_state_dict
 from papa_jax.convert.hf_config import encoder_config_from_hf, read_config_json
 from papa_jax.convert.hf_params import params_from_state_dict
@@ -102,5 +100,4 @@ def load_pretrained(name_or_path: str) -> Pretrained:
   config = encoder_config_from_hf(read_config_json(model_dir), name=name_or_path)
   state = read_state_dict(model_dir)
   params = params_from_state_dict(config, state, source=model_dir)
-  return Pretrained(config=config, params=jax.tree.map(jax.numpy.asarray, params),
-                    model_dir=model_dir)
+  return Pretrained(config=config, params=params, model_dir=model_dir)

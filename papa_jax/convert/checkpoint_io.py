@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from typing import Callable, Iterator, Mapping
 
 import numpy as np
 
@@ -35,17 +36,47 @@ def weight_files(model_dir: str) -> list[str]:
   )
 
 
-def _read_safetensors(path: str) -> dict[str, np.ndarray]:
-  from safetensors import SafetensorError
-  from safetensors.numpy import load_file
+class LazyStateDict(Mapping):
+  """Tensor name -> numpy array, each read from disk only when accessed."""
+
+  def __init__(self):
+    self._loaders: dict[str, Callable[[], np.ndarray]] = {}
+
+  def add(self, name: str, loader: Callable[[], np.ndarray]) -> None:
+    self._loaders[name] = loader
+
+  def __getitem__(self, name: str) -> np.ndarray:
+    return self._loaders[name]()
+
+  def __iter__(self) -> Iterator[str]:
+    return iter(self._loaders)
+
+  def __len__(self) -> int:
+    return len(self._loaders)
+
+
+def _read_safetensors(path: str, out: LazyStateDict) -> None:
+  from safetensors import SafetensorError, safe_open
 
   try:
-    return load_file(path)
+    f = safe_open(path, framework="numpy")
+    names = list(f.keys())
   except (SafetensorError, OSError, ValueError) as e:
     raise ValueError(f"Could not read safetensors file {path}: {e}") from e
 
+  def loader(name):
+    def load():
+      try:
+        return f.get_tensor(name)
+      except (SafetensorError, OSError, ValueError) as e:
+        raise ValueError(f"Could not read tensor {name} of {path}: {e}") from e
+    return load
 
-def _read_torch_bin(path: str) -> dict[str, np.ndarray]:
+  for name in names:
+    out.add(name, loader(name))
+
+
+def _read_torch_bin(path: str, out: LazyStateDict) -> None:
   try:
     import torch  # pylint: disable=import-outside-toplevel
   except ImportError as e:
@@ -54,18 +85,24 @@ def _read_torch_bin(path: str) -> dict[str, np.ndarray]:
         "or convert the checkpoint to model.safetensors."
     ) from e
   try:
-    state = torch.load(path, map_location="cpu", weights_only=True)
+    state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
   except Exception as e:  # torch raises many types for corrupt files.
     raise ValueError(f"Could not read PyTorch checkpoint {path}: {e}") from e
-  return {k: v.detach().to(torch.float32).numpy() if v.is_floating_point()
-          else v.numpy() for k, v in state.items()}
+
+  def loader(v):
+    return lambda: (v.detach().to(torch.float32).numpy() if v.is_floating_point()
+                    else v.numpy())
+
+  for k, v in state.items():
+    out.add(k, loader(v))
 
 
-def read_state_dict(model_dir: str) -> dict[str, np.ndarray]:
-  """All tensors of a model directory as numpy arrays, keyed by HF name."""
-  state: dict[str, np.ndarray] = {}
+def read_state_dict(model_dir: str) -> LazyStateDict:
+  """All tensors of a model directory, keyed by HF name, read on access."""
+  state = LazyStateDict()
   for path in weight_files(model_dir):
-    part = (_read_safetensors(path) if path.endswith(".safetensors")
-            else _read_torch_bin(path))
-    state.update(part)
+    if path.endswith(".safetensors"):
+      _read_safetensors(path, state)
+    else:
+      _read_torch_bin(path, state)
   return state

@@ -8,7 +8,7 @@ holds a tensor that no rule uses and no known task head explains.
 from __future__ import annotations
 
 import re
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Mapping
 
 import jax
 import jax.numpy as jnp
@@ -148,17 +148,18 @@ def family_rules(c: EncoderConfig) -> list[Rule]:
   return rules
 
 
-def normalize_keys(c: EncoderConfig, state: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-  """Strips the task model's base prefix and renames legacy LayerNorm keys."""
+def normalize_keys(c: EncoderConfig, keys: Iterable[str]) -> dict[str, str]:
+  """Our key -> checkpoint key: strips the task model's base prefix and
+  renames legacy LayerNorm gamma/beta."""
+  keys = list(keys)
   prefix = BASE_PREFIX[c.family]
-  has_prefix = any(k.startswith(prefix + "embeddings.") for k in state)
+  has_prefix = any(k.startswith(prefix + "embeddings.") for k in keys)
   out = {}
-  for key, value in state.items():
-    if has_prefix and key.startswith(prefix):
-      key = key[len(prefix):]
+  for orig in keys:
+    key = orig[len(prefix):] if has_prefix and orig.startswith(prefix) else orig
     key = re.sub(r"LayerNorm\.gamma$", "LayerNorm.weight", key)
     key = re.sub(r"LayerNorm\.beta$", "LayerNorm.bias", key)
-    out[key] = value
+    out[key] = orig
   return out
 
 
@@ -177,24 +178,23 @@ def expected_shapes(c: EncoderConfig) -> dict:
   return shapes["params"]
 
 
-def params_from_state_dict(c: EncoderConfig, state: dict[str, np.ndarray], *, source: str = "checkpoint") -> dict:
+def params_from_state_dict(c: EncoderConfig, state: Mapping[str, np.ndarray], *,
+                           source: str = "checkpoint", to_device: bool = True) -> dict:
   """Converts a HF state dict to this project's parameter tree (float32).
+
+  Tensors are read one at a time (lazily, from a `LazyStateDict`) and put on
+  the device as soon as converted, so memory peaks near one copy of the model.
 
   Raises:
     ValueError: listing missing keys, unexpected keys, or shape mismatches
       between the checkpoint and the architecture in its config.
   """
-  state = normalize_keys(c, state)
-  params: dict = {}
-  used, missing = set(), []
-  for path, key, fn in family_rules(c):
-    if key not in state:
-      missing.append(key)
-      continue
-    used.add(key)
-    _set(params, path, np.asarray(fn(np.asarray(state[key])), dtype=np.float32))
+  names = normalize_keys(c, state.keys())
+  rules = family_rules(c)
+  missing = sorted({key for _, key, _ in rules if key not in names})
+  used = {key for _, key, _ in rules}
   unexpected = sorted(
-      k for k in state if k not in used and not any(p.search(k) for p in IGNORED))
+      k for k in names if k not in used and not any(p.search(k) for p in IGNORED))
   if missing or unexpected:
     raise ValueError(
         f"{source} does not match a {c.family} encoder with "
@@ -202,6 +202,13 @@ def params_from_state_dict(c: EncoderConfig, state: dict[str, np.ndarray], *, so
         f"{' ...' if len(missing) > 20 else ''}; unexpected keys "
         f"{unexpected[:20]}{' ...' if len(unexpected) > 20 else ''}."
     )
+  params: dict = {}
+  cache: dict[str, np.ndarray] = {}
+  for path, key, fn in rules:
+    if key not in cache:
+      cache = {key: np.asarray(state[names[key]])}  # Keep only the tensor in use.
+    value = np.asarray(fn(cache[key]), dtype=np.float32)
+    _set(params, path, jnp.asarray(value) if to_device else value)
   want = expected_shapes(c)
   bad = []
   flat_want = {jax.tree_util.keystr(k): v.shape

@@ -16,6 +16,7 @@ File format (`.npz`): `avgs` float32 `[layers, heads, L, L]`, `sums` float64
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import os
@@ -46,6 +47,12 @@ def model_fingerprint(config: EncoderConfig, params) -> str:
     h.update(jax.tree_util.keystr(path).encode())
     h.update(np.ascontiguousarray(np.asarray(leaf, np.float32)).tobytes())
   return h.hexdigest()[:16]
+
+
+@functools.lru_cache(maxsize=8)
+def compiled_batch_sums(config: EncoderConfig, attention: str, mesh) -> Callable:
+  """`make_batch_sums` under `parallel.sharded_sum`, built once per (config, mesh)."""
+  return parallel.sharded_sum(make_batch_sums(config, attention), mesh)
 
 
 def make_batch_sums(config: EncoderConfig, attention: str = "raw") -> Callable:
@@ -106,7 +113,7 @@ def accumulate(config: EncoderConfig, params, batches: Iterable[dict], mesh, *,
     state: running totals (mutated and returned).
     on_batch: called after each batch (progress, partial checkpoints).
   """
-  fn = parallel.sharded_sum(make_batch_sums(config, attention), mesh)
+  fn = compiled_batch_sums(config, attention, mesh)
   params = parallel.put_replicated(params, mesh)
   for batch in batches:
     n_valid = int(batch["valid"].sum())
