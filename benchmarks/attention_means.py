@@ -21,10 +21,11 @@ import resource
 import subprocess
 import sys
 import tempfile
-import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+
+from benchmarks import common  # noqa: E402
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 
 
@@ -52,13 +53,7 @@ def child_flax(model_dir: str, batch: int, length: int, count: int, repeats: int
     state = means.MeansState.zeros(model.config, length)
     return means.accumulate(model.config, model.params, data, mesh, state=state)
 
-  one_pass()  # Compile.
-  times = []
-  for _ in range(repeats):
-    t = time.perf_counter()
-    one_pass()
-    times.append(time.perf_counter() - t)
-  return dict(seconds=sorted(times)[len(times) // 2])
+  return dict(seconds=common.median_seconds(one_pass, repeats, warmup=1))
 
 
 def child_torch(model_dir: str, batch: int, length: int, count: int, repeats: int) -> dict:
@@ -84,13 +79,7 @@ def child_torch(model_dir: str, batch: int, length: int, count: int, repeats: in
         counts += pair.sum(0).double()
     return sums, counts
 
-  one_pass()
-  times = []
-  for _ in range(repeats):
-    t = time.perf_counter()
-    one_pass()
-    times.append(time.perf_counter() - t)
-  return dict(seconds=sorted(times)[len(times) // 2])
+  return dict(seconds=common.median_seconds(one_pass, repeats, warmup=1))
 
 
 def make_bert_base(path: str) -> None:
@@ -120,7 +109,6 @@ def main():
     return
 
   from papa_jax import convert
-  from benchmarks import common
   tmp = tempfile.mkdtemp()
   dirs = {}
   for m in args.models.split(","):

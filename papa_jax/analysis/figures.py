@@ -14,6 +14,23 @@ def _plt():
   return plt
 
 
+def _heatmap(fig, ax, values: np.ndarray, title: str, **imshow) -> None:
+  """A layer x head heatmap with its colour bar."""
+  im = ax.imshow(values, aspect="auto", **imshow)
+  ax.set_title(title, fontsize=8)
+  ax.set_xlabel("head", fontsize=7)
+  ax.set_ylabel("layer", fontsize=7)
+  ax.tick_params(labelsize=6)
+  fig.colorbar(im, ax=ax, fraction=0.046)
+
+
+def _save(fig, plt, path: str, title: str) -> None:
+  fig.suptitle(title, fontsize=9)
+  fig.tight_layout()
+  fig.savefig(path)
+  plt.close(fig)
+
+
 def mass_heatmaps(mass_raw: np.ndarray, mass_eff: np.ndarray, path: str, title: str) -> None:
   """Layer x head heatmaps of attention mass per category, raw beside effective."""
   plt = _plt()
@@ -23,17 +40,9 @@ def mass_heatmaps(mass_raw: np.ndarray, mass_eff: np.ndarray, path: str, title: 
     lo = min(mass_raw[..., c].min(), mass_eff[..., c].min(), 0.0)
     hi = max(mass_raw[..., c].max(), mass_eff[..., c].max())
     for r, (label, m) in enumerate((("raw", mass_raw), ("effective", mass_eff))):
-      ax = axes[r, c]
-      im = ax.imshow(m[..., c], vmin=lo, vmax=hi, cmap="viridis", aspect="auto")
-      ax.set_title(f"{label}: mass on {name.upper()}", fontsize=8)
-      ax.set_xlabel("head", fontsize=7)
-      ax.set_ylabel("layer", fontsize=7)
-      ax.tick_params(labelsize=6)
-      fig.colorbar(im, ax=ax, fraction=0.046)
-  fig.suptitle(title, fontsize=9)
-  fig.tight_layout()
-  fig.savefig(path)
-  plt.close(fig)
+      _heatmap(fig, axes[r, c], m[..., c], f"{label}: mass on {name.upper()}",
+               vmin=lo, vmax=hi, cmap="viridis")
+  _save(fig, plt, path, title)
 
 
 def agreement_heatmaps(stats: dict, path: str, title: str) -> None:
@@ -43,16 +52,8 @@ def agreement_heatmaps(stats: dict, path: str, title: str) -> None:
             ("null_ratio", "||A_null|| / ||A||"))
   fig, axes = plt.subplots(1, 3, figsize=(10, 3.2), dpi=120)
   for ax, (key, label) in zip(axes, panels):
-    im = ax.imshow(stats[key], cmap="magma", aspect="auto")
-    ax.set_title(label, fontsize=8)
-    ax.set_xlabel("head", fontsize=7)
-    ax.set_ylabel("layer", fontsize=7)
-    ax.tick_params(labelsize=6)
-    fig.colorbar(im, ax=ax, fraction=0.046)
-  fig.suptitle(title, fontsize=9)
-  fig.tight_layout()
-  fig.savefig(path)
-  plt.close(fig)
+    _heatmap(fig, ax, stats[key], label, cmap="magma")
+  _save(fig, plt, path, title)
 
 
 def attention_maps(raw: np.ndarray, eff: np.ndarray, tokens: list[str], path: str,
@@ -72,7 +73,4 @@ def attention_maps(raw: np.ndarray, eff: np.ndarray, tokens: list[str], path: st
     ax.set_xticklabels(tokens, rotation=90, fontsize=max(3, 7 - n // 20))
     ax.set_yticklabels(tokens, fontsize=max(3, 7 - n // 20))
     fig.colorbar(im, ax=ax, fraction=0.046)
-  fig.suptitle(title, fontsize=9)
-  fig.tight_layout()
-  fig.savefig(path)
-  plt.close(fig)
+  _save(fig, plt, path, title)
