@@ -25,7 +25,6 @@ from ml_collections import ConfigDict  # noqa: E402
 
 import papa_jax as pj  # noqa: E402
 from benchmarks import common  # noqa: E402
-from papa_jax import attention as attn  # noqa: E402
 from papa_jax import probes, train  # noqa: E402
 
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
@@ -77,7 +76,7 @@ def flax_step_fn(model: pj.Pretrained, batch: dict, static: bool):
   cfg = model.config
   L = batch["input_ids"].shape[1]
   heads = np.ones((cfg.num_layers, cfg.num_heads), bool) if static else None
-  spec = train.EncoderSpec(cfg, static_heads=attn._as_static_heads(heads) if static else None)
+  spec = train.EncoderSpec(cfg, static_heads=heads)
   probe = probes.SentenceProbe(2, cfg.hidden_size, 0.1)
   tx = train.make_optimizer(OPT)
   state = train.init_state(probe, spec, tx, 0, L)

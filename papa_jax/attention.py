@@ -115,7 +115,8 @@ def merge_heads(parts: Sequence[tuple[Sequence[int], Array]]) -> Array:
   return jnp.concatenate([x for _, x in parts], axis=1)[:, inverse]
 
 
-def _as_static_heads(static_heads: Any) -> tuple[tuple[bool, ...], ...] | None:
+def as_static_heads(static_heads: Any) -> tuple[tuple[bool, ...], ...] | None:
+  """A boolean [layers, heads] selection as hashable tuples (None stays None)."""
   if static_heads is None:
     return None
   arr = np.asarray(static_heads)
@@ -174,7 +175,7 @@ class AttentionOverride:
   )
 
   def __post_init__(self):
-    object.__setattr__(self, "static_heads", _as_static_heads(self.static_heads))
+    object.__setattr__(self, "static_heads", as_static_heads(self.static_heads))
 
   @classmethod
   def replace_heads(

@@ -384,7 +384,7 @@ def train_probe(ctx: Context, variant: str, k: int, ranking) -> dict:
       logging.info("probe %s k=%d: done before (%s).", variant, k, result_path)
       return row
   constants = jnp.asarray(ctx.load_means(variant).avgs) if k else None
-  spec = train.EncoderSpec(mc, static_heads=attn._as_static_heads(static) if k else None,
+  spec = train.EncoderSpec(mc, static_heads=static if k else None,
                            dropout=cfg.probe.encoder_dropout,
                            feature_dtype=cfg.probe.feature_dtype)
   t0 = time.perf_counter()

@@ -47,7 +47,7 @@ class EncoderSpec:
 
   Attributes:
     config: the encoder architecture.
-    static_heads: boolean [layers, heads] as tuples (PAPA runs), or None.
+    static_heads: boolean [layers, heads] (PAPA runs), or None.
     gated: mix every head with its constant through trainable gates (sorting).
     dropout: keep the encoder's dropout on while training (as the paper does).
     feature_dtype: dtype the hidden states are cast to before the probe
@@ -59,6 +59,9 @@ class EncoderSpec:
   gated: bool = False
   dropout: bool = False
   feature_dtype: str = "float32"
+
+  def __post_init__(self):
+    object.__setattr__(self, "static_heads", attn.as_static_heads(self.static_heads))
 
   def override(self, constants, gates) -> attn.AttentionOverride | None:
     if self.gated:

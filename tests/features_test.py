@@ -5,7 +5,6 @@ import numpy as np
 import pytest
 from ml_collections import ConfigDict
 
-from papa_jax import attention as attn
 from papa_jax import features, metrics, parallel, probes, train
 from papa_jax.data import preprocess, readers, tasks
 
@@ -24,7 +23,7 @@ def test_cached_probe_equals_uncached(minilm, small, static, cache_dir, tmp_path
   task, tr, ev = small
   cfg = minilm.config
   heads = np.ones((cfg.num_layers, cfg.num_heads), bool) if static else None
-  spec = train.EncoderSpec(cfg, static_heads=attn._as_static_heads(heads) if static else None,
+  spec = train.EncoderSpec(cfg, static_heads=heads,
                            feature_dtype="bfloat16")
   constants = np.full((cfg.num_layers, cfg.num_heads, 32, 32), 1 / 32, np.float32) if static else None
   mesh = parallel.make_mesh(-1)

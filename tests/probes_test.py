@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 from ml_collections import ConfigDict
 
-from papa_jax import attention as attn
 from papa_jax import parallel, probes, train
 from papa_jax.data import pipeline, preprocess, readers, tasks
 
@@ -62,7 +61,7 @@ def test_probe_step_has_no_backward_pass_through_encoder(minilm, static):
   cfg = minilm.config
   L = 16
   heads = np.ones((cfg.num_layers, cfg.num_heads), bool) if static else None
-  spec = train.EncoderSpec(cfg, static_heads=attn._as_static_heads(heads) if static else None)
+  spec = train.EncoderSpec(cfg, static_heads=heads)
   probe = probes.SentenceProbe(2, cfg.hidden_size, 0.1)
   tx = train.make_optimizer(_probe_cfg())
   state = train.init_state(probe, spec, tx, 0, L)
@@ -93,7 +92,7 @@ def test_probe_loss_decreases_on_real_data_all_heads_static(minilm, minilm_token
   data = preprocess.encode(task, recs, minilm_tokenizer, 32)
   cfg = minilm.config
   heads = np.ones((cfg.num_layers, cfg.num_heads), bool)
-  spec = train.EncoderSpec(cfg, static_heads=attn._as_static_heads(heads))
+  spec = train.EncoderSpec(cfg, static_heads=heads)
   constants = jnp.full((cfg.num_layers, cfg.num_heads, 32, 32), 1 / 32)
   probe = probes.SentenceProbe(2, cfg.hidden_size, 0.0)
   tx = train.make_optimizer(_probe_cfg())
