@@ -22,6 +22,34 @@ def median_seconds(fn: Callable[[], object], repeats: int = 7, warmup: int = 2) 
   return statistics.median(times)
 
 
+def interleaved(fns: dict[str, Callable[[], object]], rounds: int = 15, warmup: int = 2,
+                pause: float = 0.2) -> tuple[dict[str, float], Callable[[str, str], float]]:
+  """Times `fns` round-robin: each round runs every function once.
+
+  This VM's speed drifts; interleaving exposes all functions to the same
+  drift, and the median of per-round ratios is steadier than a ratio of
+  medians taken at different times. A short pause between functions lets
+  the previous one's worker threads (OpenMP spin-waits) go idle.
+
+  Returns:
+    (median seconds per name, ratio(a, b) = median over rounds of t_a / t_b).
+  """
+  for fn in fns.values():
+    for _ in range(warmup):
+      fn()
+  times = {k: [] for k in fns}
+  for _ in range(rounds):
+    for k, fn in fns.items():
+      time.sleep(pause)
+      t = time.perf_counter()
+      fn()
+      times[k].append(time.perf_counter() - t)
+  med = {k: statistics.median(v) for k, v in times.items()}
+  def ratio(a: str, b: str) -> float:
+    return statistics.median(x / y for x, y in zip(times[a], times[b]))
+  return med, ratio
+
+
 def machine() -> dict:
   import jax
   return dict(

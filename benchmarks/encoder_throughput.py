@@ -4,7 +4,8 @@
 
 Same real model (all-MiniLM-L6-v2), same batch, one process, CPU float32.
 Both sides return every hidden state; "+attn" also returns every attention map
-(HF with eager attention). Prints examples/s and ratios (medians of repeats).
+(HF with eager attention). Prints examples/s and ratios; implementations are
+timed round-robin and ratios are medians of per-round ratios.
 """
 
 from __future__ import annotations
@@ -62,9 +63,6 @@ def main():
 
   jids, jmask = jnp.asarray(ids), jnp.asarray(mask)
   block = jax.block_until_ready
-  t_flax = common.median_seconds(lambda: block(flax_fwd(model.params, jids, jmask)), args.repeats)
-  t_flax_a = common.median_seconds(lambda: block(flax_fwd_attn(model.params, jids, jmask)), args.repeats)
-  t_static = common.median_seconds(lambda: block(flax_static(model.params, jids, jmask, ov)), args.repeats)
 
   import torch  # pylint: disable=import-outside-toplevel
   from transformers import BertModel  # pylint: disable=import-outside-toplevel
@@ -77,19 +75,23 @@ def main():
       return hf(input_ids=tids, attention_mask=tmask, output_hidden_states=True,
                 output_attentions=attn)
 
-  t_torch = common.median_seconds(lambda: torch_fwd(False), args.repeats)
-  t_torch_a = common.median_seconds(lambda: torch_fwd(True), args.repeats)
-
+  med, ratio = common.interleaved(dict(
+      torch=lambda: torch_fwd(False), torch_attn=lambda: torch_fwd(True),
+      flax=lambda: block(flax_fwd(model.params, jids, jmask)),
+      flax_attn=lambda: block(flax_fwd_attn(model.params, jids, jmask)),
+      static=lambda: block(flax_static(model.params, jids, jmask, ov))), args.repeats)
   rows = [
-      dict(impl="HF PyTorch eager", examples_per_s=b / t_torch, ratio_vs_hf=1.0),
-      dict(impl="Flax", examples_per_s=b / t_flax, ratio_vs_hf=t_torch / t_flax),
-      dict(impl="HF PyTorch eager +attn", examples_per_s=b / t_torch_a, ratio_vs_hf=1.0),
-      dict(impl="Flax +attn", examples_per_s=b / t_flax_a, ratio_vs_hf=t_torch_a / t_flax_a),
-      dict(impl="Flax all heads constant (fast path)", examples_per_s=b / t_static,
-           ratio_vs_hf=t_torch / t_static),
+      dict(impl="HF PyTorch eager", examples_per_s=b / med["torch"], ratio_vs_hf=1.0),
+      dict(impl="Flax", examples_per_s=b / med["flax"], ratio_vs_hf=ratio("torch", "flax")),
+      dict(impl="HF PyTorch eager +attn", examples_per_s=b / med["torch_attn"], ratio_vs_hf=1.0),
+      dict(impl="Flax +attn", examples_per_s=b / med["flax_attn"],
+           ratio_vs_hf=ratio("torch_attn", "flax_attn")),
+      dict(impl="Flax all heads constant (fast path)", examples_per_s=b / med["static"],
+           ratio_vs_hf=ratio("torch", "static")),
   ]
+  t_ratio = ratio("flax", "static")
   common.report(f"Encoder forward, MiniLM-L6, batch {b}, length {l}, CPU f32; "
-                f"static/dynamic = {t_flax / t_static:.2f}x", rows, args.json or None)
+                f"static/dynamic = {t_ratio:.2f}x", rows, args.json or None)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 
   python benchmarks/probe_step.py [--batch 16]
 
-A step = frozen encoder forward (all hidden states, no dropout) + PAPA pooler
+Implementations are timed round-robin (`common.interleaved`); ratios are
+medians of per-round ratios. A step = frozen encoder forward (all hidden states, no dropout) + PAPA pooler
 and classifier forward/backward + gradient clipping + AdamW update. The
 PyTorch reference runs the same probe on the Hugging Face model with the
 encoder under torch.no_grad() (what the original code's frozen backbone
@@ -116,16 +117,16 @@ def main():
     batch = dict(input_ids=ids, attention_mask=mask, token_type_ids=np.zeros_like(ids),
                  labels=rng.integers(0, 2, args.batch).astype(np.int32),
                  valid=np.ones(args.batch, bool))
-    t_torch = common.median_seconds(torch_step_fn(model.model_dir, batch), args.repeats)
-    t_dyn = common.median_seconds(flax_step_fn(model, batch, False), args.repeats)
-    t_static = common.median_seconds(flax_step_fn(model, batch, True), args.repeats)
+    med, ratio = common.interleaved(dict(
+        torch=torch_step_fn(model.model_dir, batch), dynamic=flax_step_fn(model, batch, False),
+        static=flax_step_fn(model, batch, True)), args.repeats)
     b = args.batch
-    rows = [dict(impl="PyTorch (HF encoder under no_grad)", examples_per_s=b / t_torch,
-                 vs_pytorch=1.0, vs_flax_dynamic=t_dyn / t_torch),
-            dict(impl="Flax, dynamic attention", examples_per_s=b / t_dyn,
-                 vs_pytorch=t_torch / t_dyn, vs_flax_dynamic=1.0),
-            dict(impl="Flax, all heads constant", examples_per_s=b / t_static,
-                 vs_pytorch=t_torch / t_static, vs_flax_dynamic=t_dyn / t_static)]
+    rows = [dict(impl="PyTorch (HF encoder under no_grad)", examples_per_s=b / med["torch"],
+                 vs_pytorch=1.0, vs_flax_dynamic=1 / ratio("torch", "dynamic")),
+            dict(impl="Flax, dynamic attention", examples_per_s=b / med["dynamic"],
+                 vs_pytorch=ratio("torch", "dynamic"), vs_flax_dynamic=1.0),
+            dict(impl="Flax, all heads constant", examples_per_s=b / med["static"],
+                 vs_pytorch=ratio("torch", "static"), vs_flax_dynamic=ratio("dynamic", "static"))]
     common.report(f"Probe training step, {name}, batch {b}, length {length}, CPU f32", rows,
                   args.json or None)
 

@@ -69,15 +69,15 @@ def constant_context(constants: Array, mask: Array, values: Array) -> Array:
   Args:
     constants: `[H, L, L]`.
     mask: `[B, L]`.
-    values: `[B, H, L, D]`.
+    values: `[B, L, H, D]` (the layout the projections produce).
 
   Returns:
-    `[B, H, L, D]`.
+    `[B, L, H, D]`.
   """
   m = mask.astype(values.dtype)
-  num = jnp.einsum("hqk,bhkd->bhqd", constants, values * m[:, None, :, None])
-  den = jnp.einsum("hqk,bk->bhq", jnp.abs(constants), m)
-  scale = m[:, None, :] / jnp.maximum(den, L1_EPS)
+  num = jnp.einsum("hqk,bkhd->bqhd", constants, values * m[:, :, None, None])
+  den = jnp.einsum("hqk,bk->bqh", jnp.abs(constants), m)
+  scale = m[:, :, None] / jnp.maximum(den, L1_EPS)
   return num * scale[..., None]
 
 
@@ -96,14 +96,16 @@ def softmax_with_pair_mask(scores: Array, mask: Array) -> Array:
   )
 
 
-def merge_heads(parts: Sequence[tuple[Sequence[int], Array]]) -> Array:
+def merge_heads(parts: Sequence[tuple[Sequence[int], Array]], axis: int = 1) -> Array:
   """Concatenate per-head arrays given for disjoint head index lists.
 
   Args:
-    parts: `(heads, x)` pairs with x `[B, len(heads), ...]`.
+    parts: `(heads, x)` pairs with `x.shape[axis] == len(heads)`.
+    axis: the head axis.
 
   Returns:
-    `[B, H, ...]` with head `h` taken from the part that lists it.
+    The array with all H heads on `axis`, head `h` taken from the part that
+    lists it.
   """
   parts = [(tuple(h), x) for h, x in parts if len(h)]
   if len(parts) == 1:
@@ -112,7 +114,7 @@ def merge_heads(parts: Sequence[tuple[Sequence[int], Array]]) -> Array:
       return x
   order = np.concatenate([np.asarray(h) for h, _ in parts])
   inverse = np.argsort(order)
-  return jnp.concatenate([x for _, x in parts], axis=1)[:, inverse]
+  return jnp.take(jnp.concatenate([x for _, x in parts], axis=axis), inverse, axis=axis)
 
 
 def as_static_heads(static_heads: Any) -> tuple[tuple[bool, ...], ...] | None:

@@ -62,9 +62,9 @@ class AttentionFunctionsTest(chex.TestCase, parameterized.TestCase):
     want = np.einsum("bhqk,bhkd->bhqd",
                      _np_mask_and_normalize(np.broadcast_to(const, (3, 4, 7, 7)), mask),
                      values)
-    got = self.variant(attn.constant_context)(const, mask, values)
-    chex.assert_shape(got, values.shape)
-    chex.assert_trees_all_close(got, want, atol=1e-5)
+    got = self.variant(attn.constant_context)(const, mask, np.swapaxes(values, 1, 2))
+    chex.assert_shape(got, (3, 7, 4, 5))  # [B, L, H, D]
+    chex.assert_trees_all_close(np.swapaxes(got, 1, 2), want, atol=1e-5)
 
   @chex.variants(with_jit=True, without_jit=True)
   def test_softmax_with_key_mask_ignores_pad_keys(self):
@@ -93,6 +93,9 @@ class AttentionFunctionsTest(chex.TestCase, parameterized.TestCase):
     x = np.arange(2 * 5 * 3).reshape(2, 5, 3)
     parts = [((4, 1), x[:, [4, 1]]), ((0, 2, 3), x[:, [0, 2, 3]])]
     np.testing.assert_array_equal(attn.merge_heads(parts), x)
+    y = np.swapaxes(x, 1, 2)
+    parts = [((4, 1), y[:, :, [4, 1]]), ((0, 2, 3), y[:, :, [0, 2, 3]])]
+    np.testing.assert_array_equal(attn.merge_heads(parts, axis=2), y)
 
 
 def test_override_validation_names_expected_shapes():

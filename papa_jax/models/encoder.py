@@ -152,7 +152,8 @@ class SelfAttention(nn.Module):
     all_heads = tuple(range(c.num_heads))
     if rel_embeddings is not None:  # DeBERTa's per-layer pos_dropout.
       rel_embeddings = self.pos_dropout(rel_embeddings, deterministic=deterministic)
-    values = jnp.swapaxes(self.value(x), 1, 2)  # [B, H, L, d]
+    v = self.value(x)  # [B, L, H, d]: contexts stay in this layout (no transposes).
+    values = jnp.swapaxes(v, 1, 2)  # [B, H, L, d] for probs_fn and capture only.
     ov = override if override is not None and not override.is_identity else None
     static = ov.static if ov else ()
     dynamic = tuple(h for h in all_heads if h not in static)
@@ -161,13 +162,12 @@ class SelfAttention(nn.Module):
     if ov and static and ov.probs_fn is None and not capture and dropout_off:
       # Constant-attention fast path: no Q/K, no softmax, no [B,H,L,L] tensor.
       idx = np.asarray(static, dtype=np.int32)
-      parts = [(static, attn.constant_context(
-          ov.constants[idx], mask, values[:, idx]))]
+      parts = [(static, attn.constant_context(ov.constants[idx], mask, v[:, :, idx]))]
       if dynamic:
         didx = np.asarray(dynamic, dtype=np.int32)
         p_dyn = self._dynamic_probs(x, mask, dynamic, rel_embeddings)
-        parts.append((dynamic, jnp.einsum("bhqk,bhkd->bhqd", p_dyn, values[:, didx])))
-      context = attn.merge_heads(parts)
+        parts.append((dynamic, jnp.einsum("bhqk,bkhd->bqhd", p_dyn, v[:, :, didx])))
+      context = attn.merge_heads(parts, axis=2)
       return self._project(context), None, values
 
     if ov and ov.gate_logits is not None:
@@ -185,11 +185,12 @@ class SelfAttention(nn.Module):
     if ov and ov.probs_fn is not None:
       probs = ov.probs_fn(probs, mask, layer=self.layer_index, values=values)
     dropped = self.attn_dropout(probs, deterministic=deterministic)
-    context = jnp.einsum("bhqk,bhkd->bhqd", dropped, values)
+    context = jnp.einsum("bhqk,bkhd->bqhd", dropped, v)
     return self._project(context), probs, values
 
   def _project(self, context: Array) -> Array:
-    return jnp.einsum("bhqd,hde->bqe", context, self.out_kernel) + self.out_bias
+    """`[B, L, H, d]` -> `[B, L, D]`: one matmul over the merged (H, d) axis."""
+    return jnp.einsum("bqhd,hde->bqe", context, self.out_kernel) + self.out_bias
 
 
 class TransformerLayer(nn.Module):
