@@ -98,6 +98,45 @@ class AttentionFunctionsTest(chex.TestCase, parameterized.TestCase):
     np.testing.assert_array_equal(attn.merge_heads(parts, axis=2), y)
 
 
+  @chex.variants(with_jit=True, without_jit=True)
+  @parameterized.parameters(jnp.float32, jnp.bfloat16, jnp.float16)
+  def test_fusion_barrier_is_an_exact_identity(self, dtype):
+    x = jnp.asarray(np.random.default_rng(0).normal(size=(2, 3, 5, 5)) * 1e3, dtype)
+    x = x.at[0, 0, 0, :3].set(jnp.asarray([jnp.finfo(dtype).tiny, 1e-30, -0.0], dtype))
+    got = self.variant(attn.fusion_barrier)(x)
+    assert got.dtype == x.dtype
+    np.testing.assert_array_equal(np.asarray(got, np.float32), np.asarray(x, np.float32))
+
+
+@pytest.mark.skipif(jax.default_backend() != "cpu", reason="checks XLA-CPU fusion")
+def test_fusion_barrier_keeps_softmax_and_context_matmul_apart():
+  """Without it, XLA-CPU fuses both attention matmuls into one slow kernel."""
+  q, k, v = (jnp.asarray(np.random.default_rng(i).normal(size=(16, 64, 12, 32)), jnp.float32)
+             for i in range(3))  # MiniLM heads, batch 16, length 64 (fused from batch 8)
+  mask = jnp.ones((16, 64), bool)
+
+  def block(q, k, v, mask, barrier):
+    p = attn.softmax_with_key_mask(jnp.einsum("bqhd,bkhd->bhqk", q, k), mask)
+    p = attn.fusion_barrier(p) if barrier else p
+    return jnp.einsum("bhqk,bkhd->bqhd", p, v)
+
+  def max_dots_per_computation(barrier):
+    hlo = jax.jit(block, static_argnums=4).lower(q, k, v, mask, barrier).compile().as_text()
+    counts, dots = [], 0
+    for line in hlo.splitlines():
+      if line.startswith("%") or line.startswith("ENTRY"):
+        counts.append(dots)
+        dots = 0
+      dots += " dot(" in line
+    return max(counts + [dots])
+
+  assert max_dots_per_computation(barrier=True) == 1
+  # The behaviour the barrier exists for; if a jaxlib stops fusing the two
+  # matmuls, this documents it (and fusion_barrier may be removed).
+  if max_dots_per_computation(barrier=False) == 1:
+    pytest.skip("this jaxlib no longer fuses the two attention matmuls")
+
+
 def test_override_validation_names_expected_shapes():
   good = np.zeros((2, 3, 5, 5), np.float32)
   heads = np.zeros((2, 3), bool)

@@ -166,7 +166,8 @@ class SelfAttention(nn.Module):
       if dynamic:
         didx = np.asarray(dynamic, dtype=np.int32)
         p_dyn = self._dynamic_probs(x, mask, dynamic, rel_embeddings)
-        parts.append((dynamic, jnp.einsum("bhqk,bkhd->bqhd", p_dyn, v[:, :, didx])))
+        parts.append((dynamic, jnp.einsum(
+            "bhqk,bkhd->bqhd", attn.fusion_barrier(p_dyn), v[:, :, didx])))
       context = attn.merge_heads(parts, axis=2)
       return self._project(context), None, values
 
@@ -185,7 +186,7 @@ class SelfAttention(nn.Module):
     if ov and ov.probs_fn is not None:
       probs = ov.probs_fn(probs, mask, layer=self.layer_index, values=values)
     dropped = self.attn_dropout(probs, deterministic=deterministic)
-    context = jnp.einsum("bhqk,bkhd->bqhd", dropped, v)
+    context = jnp.einsum("bhqk,bkhd->bqhd", attn.fusion_barrier(dropped), v)
     return self._project(context), probs, values
 
   def _project(self, context: Array) -> Array:
