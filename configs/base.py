@@ -93,3 +93,19 @@ def papa_config(model: str, task: str) -> ml_collections.ConfigDict:
   c.data.task = task
   c.data.max_length = MAX_LENGTH.get(task, 128)
   return c
+
+
+def effective_config(model_name: str, task: str) -> ml_collections.ConfigDict:
+  """Raw vs effective attention (Sun & Marasovic) of `model_name` on `task`'s dev split.
+
+  Standard layout up to 128 tokens, so that sentences longer than the head
+  dimension keep all their tokens (the reference setting).
+  """
+  c = get_config()
+  c.stage = "effective"
+  c.model.name = model_name
+  c.data.task = task
+  c.data.max_length = 128
+  c.data.papa_layout = False
+  c.effective.split = "validation"
+  return c

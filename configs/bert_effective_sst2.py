@@ -10,11 +10,4 @@ from configs import base
 
 
 def get_config():
-  c = base.get_config()
-  c.stage = "effective"
-  c.model.name = "bert-base-uncased"
-  c.data.task = "sst2"
-  c.data.max_length = 128
-  c.data.papa_layout = False
-  c.effective.split = "validation"
-  return c
+  return base.effective_config("bert-base-uncased", "sst2")

@@ -11,12 +11,6 @@ from configs import base
 
 
 def get_config():
-  c = base.get_config()
-  c.stage = "effective"
-  c.model.name = "sentence-transformers/all-MiniLM-L6-v2"
-  c.data.task = "sst2"
-  c.data.max_length = 128
-  c.data.papa_layout = False
-  c.effective.split = "validation"
+  c = base.effective_config("sentence-transformers/all-MiniLM-L6-v2", "sst2")
   c.effective.batch_size = 16
   return c
