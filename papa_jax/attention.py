@@ -1,12 +1,17 @@
-"""Attention probabilities and the functional attention override.
+"""Attention probabilities, and the whole meaning of the attention override.
 
-Shapes use `[batch, heads, q_len, kv_len]` (einsum `bhqk`). Masks are `[batch,
+Shapes use `[batch, heads, q_len, kv_len]` (einsum `bhqk`); values and
+contexts stay `[batch, len, heads, head_dim]` (`bkhd`). Masks are `[batch,
 len]`, true (or 1) for real tokens.
 
-The override is data, not a patch: `AttentionOverride` is a pytree whose
-arrays (constant matrices, gate logits) are traced, and whose static parts
-(which heads are constant, a user function) are part of the tree structure, so
-a jitted function recompiles only when those change.
+A layer hands `attend` its value vectors and a function computing its own
+(family-specific) probabilities for any subset of heads; `attend` alone
+decides what the override does with them, in the spirit of penzai's
+`query_key_to_attn` / `attn_value_to_output` split. The override is data, not a
+patch: `AttentionOverride` is a pytree whose arrays (constant matrices, gate
+logits, ablation indices) are traced, and whose static parts (which heads are
+constant, a user function) are part of the tree structure, so a jitted
+function recompiles only when those change.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import numpy as np
 
 Array = jax.Array
 L1_EPS = 1e-12  # torch.nn.functional.normalize's eps, as in the PAPA code.
+StaticHeads = tuple[tuple[bool, ...], ...]
 
 
 class ProbsFn(Protocol):
@@ -31,10 +37,27 @@ class ProbsFn(Protocol):
   shape, which then multiply the values.
   """
 
-  def __call__(
-      self, probs: Array, mask: Array, *, layer: int, values: Array
-  ) -> Array:
+  def __call__(self, probs: Array, mask: Array, *, layer: int, values: Array) -> Array:
     ...
+
+
+# Probabilities from scores (the two masking conventions of the families).
+
+
+def softmax_with_key_mask(scores: Array, mask: Array) -> Array:
+  """BERT-style: additive `finfo.min` on pad keys; pad queries stay dense."""
+  neg = jnp.finfo(scores.dtype).min
+  bias = jnp.where(mask[:, None, None, :], 0.0, neg).astype(scores.dtype)
+  return jax.nn.softmax(scores + bias, axis=-1)
+
+
+def softmax_with_pair_mask(scores: Array, mask: Array) -> Array:
+  """DeBERTa-style: fill positions with `m_i m_j = 0` by `finfo.min`."""
+  pm = mask[:, None, :, None] & mask[:, None, None, :]
+  return jax.nn.softmax(jnp.where(pm, scores, jnp.finfo(scores.dtype).min), axis=-1)
+
+
+# Constant (PAPA) attention.
 
 
 def pair_mask(mask: Array, dtype=jnp.float32) -> Array:
@@ -81,32 +104,25 @@ def constant_context(constants: Array, mask: Array, values: Array) -> Array:
   return num * scale[..., None]
 
 
+def uniform_probs(mask: Array, shape: Sequence[int], dtype=jnp.float32) -> Array:
+  """Uniform attention over real keys for real queries, `shape` = `[B, H, L, L]`."""
+  return mask_and_normalize(jnp.ones(shape, dtype), mask)
+
+
 def fusion_barrier(x: Array) -> Array:
-  """`x`, unchanged, as a separate value for the compiler.
+  """`x`, unchanged, as a separate value for the XLA-CPU compiler.
 
   XLA-CPU's YNNPACK pass otherwise fuses scores, softmax and the
   probabilities-times-values matmul into one kernel that runs 1.7-3x slower
   than the two matmuls apart (measured on MiniLM shapes, jaxlib 0.10.2).
   `reduce_precision` to the dtype's own bits is an exact identity the pass
   does not absorb (`optimization_barrier` is removed before fusion on CPU).
+  Other backends get `x` untouched: the quirk is CPU-only and unmeasured there.
   """
+  if jax.default_backend() != "cpu":
+    return x
   fi = jnp.finfo(x.dtype)
   return jax.lax.reduce_precision(x, exponent_bits=fi.nexp, mantissa_bits=fi.nmant)
-
-
-def softmax_with_key_mask(scores: Array, mask: Array) -> Array:
-  """BERT-style: additive `finfo.min` on pad keys; pad queries stay dense."""
-  neg = jnp.finfo(scores.dtype).min
-  bias = jnp.where(mask[:, None, None, :], 0.0, neg).astype(scores.dtype)
-  return jax.nn.softmax(scores + bias, axis=-1)
-
-
-def softmax_with_pair_mask(scores: Array, mask: Array) -> Array:
-  """DeBERTa-style: fill positions with `m_i m_j = 0` by `finfo.min`."""
-  pm = mask[:, None, :, None] & mask[:, None, None, :]
-  return jax.nn.softmax(
-      jnp.where(pm, scores, jnp.finfo(scores.dtype).min), axis=-1
-  )
 
 
 def merge_heads(parts: Sequence[tuple[Sequence[int], Array]], axis: int = 1) -> Array:
@@ -130,7 +146,7 @@ def merge_heads(parts: Sequence[tuple[Sequence[int], Array]], axis: int = 1) -> 
   return jnp.take(jnp.concatenate([x for _, x in parts], axis=axis), inverse, axis=axis)
 
 
-def as_static_heads(static_heads: Any) -> tuple[tuple[bool, ...], ...] | None:
+def as_static_heads(static_heads: Any) -> StaticHeads | None:
   """A boolean [layers, heads] selection as hashable tuples (None stays None)."""
   if static_heads is None:
     return None
@@ -143,18 +159,25 @@ def as_static_heads(static_heads: Any) -> tuple[tuple[bool, ...], ...] | None:
   return tuple(tuple(bool(v) for v in row) for row in arr)
 
 
+ABLATIONS = ("uniform", "constant", "effective")
+
+
 @dataclasses.dataclass(frozen=True)
 class LayerOverride:
   """What one layer sees of an `AttentionOverride` (built at trace time)."""
 
+  layer: int
   static: tuple[int, ...]
   constants: Array | None  # [H, L, L]
   gate_logits: Array | None  # [H]
   probs_fn: ProbsFn | None
+  ablate_heads: Array | None  # [B] int: the head each example ablates here, or -1.
+  ablation: str
 
   @property
   def is_identity(self) -> bool:
-    return not self.static and self.gate_logits is None and self.probs_fn is None
+    return (not self.static and self.gate_logits is None and self.probs_fn is None
+            and self.ablate_heads is None)
 
 
 @jax.tree_util.register_dataclass
@@ -162,73 +185,99 @@ class LayerOverride:
 class AttentionOverride:
   """Per-layer replacement of attention probabilities, passed to `apply`.
 
-  Modes (combinable except where noted):
-    * Static heads (PAPA): `static_heads[l, h]` true replaces head h of layer l
-      by `constants[l, h]`, masked with the example's `m_i m_j` and
-      L1-renormalised over keys. Static heads skip their query/key
-      projections and softmax entirely.
-    * Gating (PAPA head sorting): every head mixes
-      `sigmoid(g) * P_dyn + (1 - sigmoid(g)) * MN(C)` with `gate_logits[l, h]`.
-      Not combinable with static heads.
-    * `probs_fn`: applied to each layer's probabilities last (after the modes
-      above), e.g. effective attention or ablations. See `ProbsFn`.
+  Build it with a named constructor:
+    * `constant(C, heads)` (PAPA): head h of layer l with `heads[l, h]` uses
+      `C[l, h]` masked with the example's `m_i m_j` and L1-renormalised over
+      keys. Constant heads skip their query/key projections and softmax.
+    * `gated(C, gate_logits)` (PAPA head sorting): every head mixes
+      `sigmoid(g) P_dyn + (1 - sigmoid(g)) MN(C)`.
+    * `transform(probs_fn)`: a user function of each layer's probabilities
+      (effective attention, ablations); see `ProbsFn`.
+    * `ablate(kind, layers, heads, C)` (head ablation, batched): example b
+      replaces head `heads[b]` of layer `layers[b]` (-1: none) by uniform
+      attention over real tokens, its constant `C`, or its effective attention.
+  Modes combine as: static heads or gates first, then `probs_fn`, then the
+  ablation (gates and static heads are exclusive).
 
   Attributes:
     constants: `[layers, heads, L, L]` (traced).
     gate_logits: `[layers, heads]` (traced).
+    ablate_layers, ablate_heads: `[batch]` int (traced).
     static_heads: boolean `[layers, heads]` (static; a tuple of tuples).
     probs_fn: a `ProbsFn` (static; hashed by identity).
+    ablation: "uniform", "constant" or "effective" (static).
   """
 
   constants: Array | None = None
   gate_logits: Array | None = None
-  static_heads: tuple[tuple[bool, ...], ...] | None = dataclasses.field(
-      default=None, metadata=dict(static=True)
-  )
-  probs_fn: ProbsFn | None = dataclasses.field(
-      default=None, metadata=dict(static=True)
-  )
+  ablate_layers: Array | None = None
+  ablate_heads: Array | None = None
+  static_heads: StaticHeads | None = dataclasses.field(default=None, metadata=dict(static=True))
+  probs_fn: ProbsFn | None = dataclasses.field(default=None, metadata=dict(static=True))
+  ablation: str = dataclasses.field(default="uniform", metadata=dict(static=True))
 
   def __post_init__(self):
     object.__setattr__(self, "static_heads", as_static_heads(self.static_heads))
 
   @classmethod
-  def replace_heads(
-      cls, static_heads: Any, constants: Array, **kwargs
-  ) -> AttentionOverride:
-    return cls(constants=constants, static_heads=static_heads, **kwargs)
+  def constant(cls, constants: Array, heads: Any = None) -> AttentionOverride:
+    """Heads `heads[l, h]` (default: all) replaced by their constant matrices."""
+    if heads is None:
+      heads = np.ones(np.shape(constants)[:2], bool)
+    return cls(constants=constants, static_heads=heads)
+
+  @classmethod
+  def gated(cls, constants: Array, gate_logits: Array) -> AttentionOverride:
+    return cls(constants=constants, gate_logits=gate_logits)
+
+  @classmethod
+  def transform(cls, probs_fn: ProbsFn) -> AttentionOverride:
+    return cls(probs_fn=probs_fn)
+
+  @classmethod
+  def ablate(cls, kind: str, layers: Array, heads: Array,
+             constants: Array | None = None) -> AttentionOverride:
+    return cls(constants=constants, ablate_layers=jnp.asarray(layers, jnp.int32),
+               ablate_heads=jnp.asarray(heads, jnp.int32), ablation=kind)
+
+  def with_gates(self, gate_logits: Array) -> AttentionOverride:
+    return dataclasses.replace(self, gate_logits=gate_logits)
 
   @property
   def num_static(self) -> int:
     return int(np.sum(self.static_heads)) if self.static_heads else 0
 
-  def validate(self, num_layers: int, num_heads: int, seq_len: int) -> None:
+  def validate(self, num_layers: int, num_heads: int, seq_len: int,
+               batch: int | None = None) -> None:
     """Raises ValueError naming the expected shape when one does not match."""
-    need_constants = self.num_static > 0 or self.gate_logits is not None
+    need_constants = (self.num_static > 0 or self.gate_logits is not None
+                      or (self.ablate_heads is not None and self.ablation == "constant"))
     if self.static_heads is not None:
       got = np.asarray(self.static_heads).shape
       if got != (num_layers, num_heads):
-        raise ValueError(
-            f"static_heads has shape {got}; this model expects "
-            f"[layers, heads] = {(num_layers, num_heads)}."
-        )
+        raise ValueError(f"static_heads has shape {got}; this model expects "
+                         f"[layers, heads] = {(num_layers, num_heads)}.")
     if need_constants and self.constants is None:
-      raise ValueError("Static or gated heads need `constants`.")
+      raise ValueError("Static, gated or constant-ablated heads need `constants`.")
     if self.constants is not None and need_constants:
       want = (num_layers, num_heads, seq_len, seq_len)
       if tuple(self.constants.shape) != want:
-        raise ValueError(
-            f"constants have shape {tuple(self.constants.shape)}; this model "
-            f"and input length expect [layers, heads, L, L] = {want}."
-        )
+        raise ValueError(f"constants have shape {tuple(self.constants.shape)}; this model "
+                         f"and input length expect [layers, heads, L, L] = {want}.")
     if self.gate_logits is not None:
       if self.num_static:
         raise ValueError("gate_logits cannot be combined with static heads.")
       if tuple(self.gate_logits.shape) != (num_layers, num_heads):
-        raise ValueError(
-            f"gate_logits have shape {tuple(self.gate_logits.shape)}; "
-            f"expected [layers, heads] = {(num_layers, num_heads)}."
-        )
+        raise ValueError(f"gate_logits have shape {tuple(self.gate_logits.shape)}; "
+                         f"expected [layers, heads] = {(num_layers, num_heads)}.")
+    if (self.ablate_heads is None) != (self.ablate_layers is None):
+      raise ValueError("ablate_layers and ablate_heads go together.")
+    if self.ablate_heads is not None:
+      if self.ablation not in ABLATIONS:
+        raise ValueError(f"ablation={self.ablation!r}; choose one of {ABLATIONS}.")
+      for name, arr in (("ablate_layers", self.ablate_layers), ("ablate_heads", self.ablate_heads)):
+        if arr.ndim != 1 or (batch is not None and arr.shape[0] != batch):
+          raise ValueError(f"{name} has shape {tuple(arr.shape)}; expected [batch] = ({batch},).")
     if self.probs_fn is not None and not callable(self.probs_fn):
       raise ValueError("probs_fn must be callable.")
 
@@ -236,32 +285,94 @@ class AttentionOverride:
     static = ()
     if self.static_heads is not None:
       static = tuple(h for h, s in enumerate(self.static_heads[layer]) if s)
-    use_constants = bool(static) or self.gate_logits is not None
+    ablate = None
+    if self.ablate_heads is not None:
+      ablate = jnp.where(self.ablate_layers == layer, self.ablate_heads, -1)
+    use_constants = (bool(static) or self.gate_logits is not None
+                     or (ablate is not None and self.ablation == "constant"))
     return LayerOverride(
+        layer=layer,
         static=static,
         constants=self.constants[layer] if use_constants else None,
-        gate_logits=None
-        if self.gate_logits is None
-        else self.gate_logits[layer],
+        gate_logits=None if self.gate_logits is None else self.gate_logits[layer],
         probs_fn=self.probs_fn,
+        ablate_heads=ablate,
+        ablation=self.ablation,
     )
 
 
-def head_mask_from_ranking(
-    ranking: Sequence[tuple[int, int]], k: int, num_layers: int, num_heads: int
-) -> np.ndarray:
-  """Boolean `[layers, heads]` marking the first k `(layer, head)` pairs."""
-  if not 0 <= k <= len(ranking):
-    raise ValueError(f"k={k} outside [0, {len(ranking)}].")
-  mask = np.zeros((num_layers, num_heads), dtype=bool)
-  for layer, head in ranking[:k]:
-    if not (0 <= layer < num_layers and 0 <= head < num_heads):
-      raise ValueError(
-          f"Head ({layer}, {head}) does not exist in a model with "
-          f"{num_layers} layers and {num_heads} heads."
-      )
-    mask[layer, head] = True
-  return mask
+def _ablate(lo: LayerOverride, probs: Array, values: Array, mask: Array) -> Array:
+  """Each example's ablated head (`lo.ablate_heads[b]`, -1: none) replaced."""
+  heads = lo.ablate_heads
+  sel = jnp.maximum(heads, 0)
+  own = jnp.take_along_axis(probs, sel[:, None, None, None], axis=1)[:, 0]  # [B, L, L]
+  if lo.ablation == "uniform":
+    new = uniform_probs(mask, own[:, None].shape, own.dtype)[:, 0]
+  elif lo.ablation == "constant":
+    new = mask_and_normalize(lo.constants[sel][:, None], mask)[:, 0]
+  else:
+    from papa_jax.analysis import effective  # pylint: disable=import-outside-toplevel
+    v = jnp.take_along_axis(values, sel[:, None, None, None], axis=2)[:, :, 0]  # [B, L, d]
+    new = effective.effective_attention(own, v, mask.astype(bool))[0].astype(own.dtype)
+  hit = (jnp.arange(probs.shape[1])[None] == heads[:, None])[:, :, None, None]
+  return jnp.where(hit, new[:, None], probs)
 
 
-IDENTITY: Callable[..., Array] = lambda probs, mask, **_: probs
+def attend(
+    override: LayerOverride | None,
+    dynamic_probs: Callable[[tuple[int, ...]], Array],
+    values: Array,
+    mask: Array,
+    *,
+    capture: bool,
+    dropout: Callable[[Array], Array] | None,
+) -> tuple[Array, Array | None]:
+  """One layer's attention under `override`: the context and the probabilities.
+
+  Args:
+    override: this layer's part of the override, or None.
+    dynamic_probs: `heads -> [B, len(heads), L, L]`, the layer's own
+      (input-dependent) probabilities for the given heads.
+    values: `[B, L, H, d]` value vectors (bias included).
+    mask: `[B, L]` bool.
+    capture: the caller wants the probabilities.
+    dropout: attention dropout to apply to the probabilities, or None when
+      it is inactive.
+
+  Returns:
+    `(context [B, L, H, d], probs [B, H, L, L])`; probs is None on the
+    constant fast path (no capture, no dropout, no user function).
+  """
+  num_heads = values.shape[2]
+  all_heads = tuple(range(num_heads))
+  lo = override if override is not None and not override.is_identity else None
+  static = lo.static if lo else ()
+  dynamic = tuple(h for h in all_heads if h not in static)
+  if (static and not capture and dropout is None and lo.probs_fn is None
+      and lo.ablate_heads is None):
+    # Constant-attention fast path: no Q/K, no softmax, no [B,H,L,L] tensor.
+    idx = np.asarray(static, dtype=np.int32)
+    parts = [(static, constant_context(lo.constants[idx], mask, values[:, :, idx]))]
+    if dynamic:
+      didx = np.asarray(dynamic, dtype=np.int32)
+      parts.append((dynamic, jnp.einsum("bhqk,bkhd->bqhd", fusion_barrier(
+          dynamic_probs(dynamic)), values[:, :, didx])))
+    return merge_heads(parts, axis=2), None
+
+  if lo and lo.gate_logits is not None:
+    gate = jax.nn.sigmoid(lo.gate_logits)[None, :, None, None]
+    probs = gate * dynamic_probs(all_heads) + (1.0 - gate) * constant_probs(lo.constants, mask)
+  elif static:
+    idx = np.asarray(static, dtype=np.int32)
+    parts = [(static, constant_probs(lo.constants[idx], mask))]
+    if dynamic:
+      parts.append((dynamic, dynamic_probs(dynamic)))
+    probs = merge_heads(parts)
+  else:
+    probs = dynamic_probs(all_heads)
+  if lo and lo.probs_fn is not None:
+    probs = lo.probs_fn(probs, mask, layer=lo.layer, values=jnp.swapaxes(values, 1, 2))
+  if lo and lo.ablate_heads is not None:
+    probs = _ablate(lo, probs, values, mask)
+  dropped = probs if dropout is None else dropout(probs)
+  return jnp.einsum("bhqk,bkhd->bqhd", fusion_barrier(dropped), values), probs

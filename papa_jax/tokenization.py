@@ -10,13 +10,13 @@ from papa_jax.models.config import EncoderConfig
 def load_tokenizer(model_dir: str, config: EncoderConfig | None = None, **kwargs):
   """A Hugging Face fast tokenizer from `model_dir` (no network).
 
-  RoBERTa- and DeBERTa-family tokenizers get `add_prefix_space=True`, which
-  pre-split (token-tagging) input needs.
+  Byte-level BPE tokenizers (RoBERTa, DeBERTa v1: `config.add_prefix_space`)
+  get `add_prefix_space=True`, which pre-split (token-tagging) input needs.
   """
   os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
   from transformers import AutoTokenizer  # pylint: disable=import-outside-toplevel
 
-  if config is not None and config.family in ("roberta", "deberta"):
+  if config is not None and config.add_prefix_space:
     kwargs.setdefault("add_prefix_space", True)
   try:
     tok = AutoTokenizer.from_pretrained(model_dir, use_fast=True, local_files_only=True, **kwargs)

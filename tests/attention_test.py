@@ -163,10 +163,3 @@ def test_override_is_a_pytree_with_static_heads_in_the_structure():
   assert again.static_heads == ov.static_heads
   other = attn.AttentionOverride(constants=jnp.ones((2, 3, 4, 4)), static_heads=~heads)
   assert jax.tree.structure(other) != tree
-
-
-def test_head_mask_from_ranking():
-  mask = attn.head_mask_from_ranking([(1, 2), (0, 0), (1, 0)], 2, 2, 3)
-  np.testing.assert_array_equal(mask, [[True, False, False], [False, False, True]])
-  with pytest.raises(ValueError, match="does not exist"):
-    attn.head_mask_from_ranking([(5, 0)], 1, 2, 3)

@@ -48,12 +48,11 @@ def _unsupported(cfg: dict[str, Any], key: str, ok: Any, what: str) -> None:
 
 
 def encoder_config_from_hf(cfg: dict[str, Any], name: str = "") -> EncoderConfig:
-  """Maps a Hugging Face config dict to an `EncoderConfig`."""
+  """Maps a Hugging Face config dict to an `EncoderConfig`, resolving family quirks."""
   model_type = cfg.get("model_type")
   if model_type not in MODEL_TYPES:
     raise ValueError(
-        f"Unsupported model_type {model_type!r}; supported: "
-        f"{sorted(MODEL_TYPES)}."
+        f"Unsupported model_type {model_type!r}; supported: {sorted(MODEL_TYPES)}."
     )
   family = MODEL_TYPES[model_type]
   act = cfg.get("hidden_act", cfg.get("activation", "gelu"))
@@ -64,24 +63,25 @@ def encoder_config_from_hf(cfg: dict[str, Any], name: str = "") -> EncoderConfig
 
   if family == "distilbert":
     return EncoderConfig(
-        family=family,
         vocab_size=cfg["vocab_size"],
         hidden_size=cfg["dim"],
         num_layers=cfg["n_layers"],
         num_heads=cfg["n_heads"],
         intermediate_size=cfg["hidden_dim"],
         max_position_embeddings=cfg["max_position_embeddings"],
-        type_vocab_size=0,
+        type_vocab_size=0,  # No segment embeddings.
         hidden_act=act,
         layer_norm_eps=1e-12,  # Hard-coded in HF DistilBERT.
         hidden_dropout=cfg.get("dropout", 0.1),
         attention_dropout=cfg.get("attention_dropout", 0.1),
         pad_token_id=cfg.get("pad_token_id", 0) or 0,
+        probe_dropout=cfg.get("dropout", 0.1),
+        family=family,
         name=name,
     )
 
+  hidden_dropout = cfg.get("hidden_dropout_prob", 0.1)
   common = dict(
-      family=family,
       vocab_size=cfg["vocab_size"],
       hidden_size=cfg["hidden_size"],
       num_layers=cfg["num_hidden_layers"],
@@ -91,19 +91,25 @@ def encoder_config_from_hf(cfg: dict[str, Any], name: str = "") -> EncoderConfig
       type_vocab_size=cfg.get("type_vocab_size", 2),
       hidden_act=act,
       layer_norm_eps=cfg.get("layer_norm_eps", 1e-12),
-      hidden_dropout=cfg.get("hidden_dropout_prob", 0.1),
+      hidden_dropout=hidden_dropout,
       attention_dropout=cfg.get("attention_probs_dropout_prob", 0.1),
       pad_token_id=cfg.get("pad_token_id", 0) or 0,
+      probe_dropout=hidden_dropout,
+      family=family,
       name=name,
   )
   if family in ("bert", "roberta", "electra"):
-    _unsupported(cfg, "position_embedding_type", "absolute",
-                 "position embedding type")
+    _unsupported(cfg, "position_embedding_type", "absolute", "position embedding type")
+    if family == "roberta":  # PAPA's recipe: no probe dropout for RoBERTa.
+      common.update(position_ids="from_padding", probe_dropout=0.0, add_prefix_space=True)
     if family == "electra":
       common["embedding_size"] = cfg.get("embedding_size", cfg["hidden_size"])
+      common["embedding_projection"] = (
+          "after_dropout" if common["embedding_size"] != cfg["hidden_size"] else "none")
     return EncoderConfig(**common)
 
-  # DeBERTa v1 / v2.
+  # DeBERTa v1 / v2 (v3 checkpoints are model_type deberta-v2).
+  v1 = family == "deberta"
   _unsupported(cfg, "talking_head", False, "DeBERTa option")
   _unsupported(cfg, "conv_kernel_size", 0, "DeBERTa-v2 option")
   pos_att_type = cfg.get("pos_att_type") or []
@@ -112,20 +118,31 @@ def encoder_config_from_hf(cfg: dict[str, Any], name: str = "") -> EncoderConfig
   norm = [x.strip() for x in str(cfg.get("norm_rel_ebd", "none")).lower().split("|")]
   if set(norm) - {"none", "layer_norm"}:
     raise ValueError(f"Unsupported norm_rel_ebd={cfg.get('norm_rel_ebd')!r}.")
-  head_dim = cfg.get("attention_head_size", 0) if family == "deberta-v2" else 0
+  head_dim = 0 if v1 else cfg.get("attention_head_size", 0)
   if head_dim and head_dim * cfg["num_attention_heads"] == cfg["hidden_size"]:
     head_dim = 0
+  relative = bool(cfg.get("relative_attention", False))
+  max_rel = cfg.get("max_relative_positions", -1)
+  if max_rel is None or max_rel < 1:  # HF falls back to max_position_embeddings.
+    max_rel = cfg["max_position_embeddings"]
+  embedding_size = cfg.get("embedding_size", cfg["hidden_size"]) or cfg["hidden_size"]
+  buckets = -1 if v1 else cfg.get("position_buckets", -1)
   return EncoderConfig(
       **{**common, "type_vocab_size": cfg.get("type_vocab_size", 0)},
-      embedding_size=cfg.get("embedding_size", cfg["hidden_size"]),
+      embedding_size=embedding_size,
       head_dim=head_dim or 0,
       position_biased_input=cfg.get("position_biased_input", True),
-      relative_attention=cfg.get("relative_attention", False),
+      embedding_projection="before_norm" if embedding_size != cfg["hidden_size"] else "none",
+      mask_embeddings=True,
+      key_bias=not v1,
+      attention="disentangled",
+      relative_attention=relative,
       pos_att_type=tuple(pos_att_type),
-      max_relative_positions=cfg.get("max_relative_positions", -1),
-      position_buckets=cfg.get("position_buckets", -1)
-      if family == "deberta-v2" else -1,
-      share_att_key=cfg.get("share_att_key", False)
-      if family == "deberta-v2" else False,
-      norm_rel_ebd="layer_norm" in norm and family == "deberta-v2",
+      max_relative_positions=max_rel if relative else -1,
+      position_buckets=buckets if buckets and buckets > 0 else -1,
+      relative_span="clip_to_length" if v1 else "full",
+      share_att_key=False if v1 else cfg.get("share_att_key", False),
+      norm_rel_ebd="layer_norm" in norm and not v1,
+      scale_query_first=v1,
+      add_prefix_space=v1,  # v1 uses GPT-2's byte-level BPE.
   )

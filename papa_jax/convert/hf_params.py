@@ -89,7 +89,7 @@ def family_rules(c: EncoderConfig) -> list[Rule]:
   rules: list[Rule] = _embed(e + ("word_embeddings",), "embeddings.word_embeddings")
   if c.position_biased_input:
     rules += _embed(e + ("position_embeddings",), "embeddings.position_embeddings")
-  if c.type_vocab_size > 0 and c.family != "distilbert":
+  if c.type_vocab_size > 0:
     rules += _embed(e + ("token_type_embeddings",), "embeddings.token_type_embeddings")
   rules += _ln(e + ("LayerNorm",), "embeddings.LayerNorm")
   if c.embed_dim != c.hidden_size:
@@ -97,7 +97,7 @@ def family_rules(c: EncoderConfig) -> list[Rule]:
       rules += _linear(e + ("embed_proj",), "embeddings_project")
     else:
       rules += _linear(e + ("embed_proj",), "embeddings.embed_proj", bias=False)
-  if c.is_deberta and c.relative_attention:
+  if c.relative_attention:
     rules.append((("rel_embeddings",), "encoder.rel_embeddings.weight", _same))
     if c.norm_rel_ebd:
       rules += _ln(("rel_norm",), "encoder.LayerNorm")

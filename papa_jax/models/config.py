@@ -1,30 +1,59 @@
-"""Architecture description shared by every encoder family."""
+"""What an encoder does, as named architecture flags (no family names).
+
+The converter (`papa_jax/convert/hf_config.py`) resolves each Hugging Face
+family's quirks into these fields once, so model code branches on what a model
+does. A new family that recombines known quirks needs a converter entry only.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 from typing import Any
 
-FAMILIES = ("bert", "roberta", "electra", "distilbert", "deberta", "deberta-v2")
 ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu", "swish")
+POSITION_IDS = ("arange", "from_padding")
+EMBEDDING_PROJECTIONS = ("none", "before_norm", "after_dropout")
+ATTENTION_KINDS = ("dot", "disentangled")
+RELATIVE_SPANS = ("clip_to_length", "full")
+UNLIMITED = 1 << 30
 
 
 @dataclasses.dataclass(frozen=True)
 class EncoderConfig:
-  """Hyper-parameters of a pretrained encoder, independent of its source.
+  """Hyper-parameters and architecture flags of a post-LayerNorm encoder.
 
-  Attributes mirror Hugging Face names where they exist. `family` selects the
-  embedding and attention variant; the DeBERTa fields are ignored elsewhere.
+  Sizes mirror Hugging Face names where they exist. Flags:
+    position_ids: "arange" (0..L-1), or "from_padding" (RoBERTa: pad id + 1 +
+      the running count of real tokens, pad positions get the pad id).
+    position_biased_input: absolute position embeddings are added.
+    embedding_projection: "none"; "before_norm" (a bias-free dense layer to
+      hidden_size before the embedding LayerNorm, DeBERTa); "after_dropout" (a
+      dense layer with bias after LayerNorm and dropout, ELECTRA).
+    mask_embeddings: embeddings are multiplied by the mask after LayerNorm.
+    key_bias: the key (and relative-position key) projections have a bias.
+    attention: "dot" (scaled dot product, pad keys masked) or "disentangled"
+      (DeBERTa content/position terms, every pair with a pad token masked).
+    relative_attention, pos_att_type, position_buckets, share_att_key,
+      norm_rel_ebd: DeBERTa's relative attention (`models/deberta.py`).
+    max_relative_positions: resolved (> 0) whenever relative_attention.
+    relative_span: "clip_to_length" (span min(L, max_relative_positions),
+      embedding rows centred on max_relative_positions) or "full" (span
+      position_buckets or max_relative_positions, the first 2 span rows).
+    scale_query_first: divide the query (and position query) by the scale
+      before the products, instead of each score term after.
+    probe_dropout: the PAPA recipe's probe dropout for this checkpoint.
+    add_prefix_space: its byte-level BPE tokenizer needs a prefix space for
+      pre-split words.
+    family, name: provenance only (the converter's key, a path or hub id).
   """
 
-  family: str
   vocab_size: int
   hidden_size: int
   num_layers: int
   num_heads: int
   intermediate_size: int
   max_position_embeddings: int
-  type_vocab_size: int = 2
+  type_vocab_size: int = 2  # 0: no segment embeddings.
   embedding_size: int = 0  # 0 means hidden_size.
   head_dim: int = 0  # 0 means hidden_size // num_heads.
   hidden_act: str = "gelu"
@@ -32,36 +61,46 @@ class EncoderConfig:
   hidden_dropout: float = 0.1
   attention_dropout: float = 0.1
   pad_token_id: int = 0
-  # Absolute position embeddings are added to the input (all but DeBERTa
-  # checkpoints with position_biased_input=False).
+  position_ids: str = "arange"
   position_biased_input: bool = True
-  # DeBERTa.
+  embedding_projection: str = "none"
+  mask_embeddings: bool = False
+  key_bias: bool = True
+  attention: str = "dot"
   relative_attention: bool = False
   pos_att_type: tuple[str, ...] = ()
   max_relative_positions: int = -1
   position_buckets: int = -1
+  relative_span: str = "full"
   share_att_key: bool = False
   norm_rel_ebd: bool = False
-  name: str = ""  # Provenance only (a path or hub id); not architecture.
+  scale_query_first: bool = False
+  probe_dropout: float = 0.1
+  add_prefix_space: bool = False
+  family: str = ""
+  name: str = ""
 
   def __post_init__(self):
-    if self.family not in FAMILIES:
-      raise ValueError(
-          f"Unsupported encoder family {self.family!r}; supported: {FAMILIES}."
-      )
-    if self.hidden_act not in ACTIVATIONS:
-      raise ValueError(
-          f"Unsupported activation {self.hidden_act!r}; supported: "
-          f"{ACTIVATIONS}."
-      )
+    for field, value, allowed in (
+        ("hidden_act", self.hidden_act, ACTIVATIONS),
+        ("position_ids", self.position_ids, POSITION_IDS),
+        ("embedding_projection", self.embedding_projection, EMBEDDING_PROJECTIONS),
+        ("attention", self.attention, ATTENTION_KINDS),
+        ("relative_span", self.relative_span, RELATIVE_SPANS),
+    ):
+      if value not in allowed:
+        raise ValueError(f"Unsupported {field}={value!r}; supported: {allowed}.")
     if not self.head_dim and self.hidden_size % self.num_heads:
       raise ValueError(
-          f"hidden_size {self.hidden_size} is not a multiple of num_heads "
-          f"{self.num_heads}."
+          f"hidden_size {self.hidden_size} is not a multiple of num_heads {self.num_heads}."
       )
     bad = set(self.pos_att_type) - {"c2p", "p2c"}
     if bad:
       raise ValueError(f"Unknown pos_att_type entries {sorted(bad)}.")
+    if self.relative_attention and self.attention != "disentangled":
+      raise ValueError("relative_attention needs attention='disentangled'.")
+    if self.relative_attention and self.max_relative_positions < 1:
+      raise ValueError("relative_attention needs a resolved max_relative_positions >= 1.")
 
   @property
   def dim_per_head(self) -> int:
@@ -81,15 +120,11 @@ class EncoderConfig:
     return self.num_layers * self.num_heads
 
   @property
-  def is_deberta(self) -> bool:
-    return self.family in ("deberta", "deberta-v2")
-
-  @property
   def max_length(self) -> int:
-    """Longest input the position embeddings allow (inf for relative-only)."""
-    if self.is_deberta and not self.position_biased_input:
-      return 1 << 30
-    if self.family == "roberta":  # Positions start at pad_token_id + 1.
+    """Longest input the position embeddings allow (unlimited for relative-only)."""
+    if not self.position_biased_input:
+      return UNLIMITED
+    if self.position_ids == "from_padding":  # Positions start at pad_token_id + 1.
       return self.max_position_embeddings - self.pad_token_id - 1
     return self.max_position_embeddings
 
@@ -108,9 +143,8 @@ class EncoderConfig:
     return cls(**d)
 
   def architecture_dict(self) -> dict[str, Any]:
-    """Fields that decide parameter shapes and numerics (not provenance)."""
+    """Fields that decide parameter shapes and numerics (not provenance or recipe)."""
     d = self.to_dict()
-    d.pop("name")
-    d.pop("hidden_dropout")
-    d.pop("attention_dropout")
+    for key in ("name", "family", "hidden_dropout", "attention_dropout", "probe_dropout"):
+      d.pop(key)
     return d

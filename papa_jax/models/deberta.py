@@ -1,7 +1,9 @@
 """DeBERTa's disentangled attention: relative positions and c2p/p2c scores.
 
 Follows Hugging Face `modeling_deberta.py` (v1) and `modeling_deberta_v2.py`
-(v2/v3) term by term, so attention probabilities match to float tolerance.
+(v2/v3) term by term, so attention probabilities match to float tolerance. The
+two versions differ only in the flags `relative_span`, `position_buckets` and
+`scale_query_first` (see `EncoderConfig`).
 """
 
 from __future__ import annotations
@@ -35,50 +37,38 @@ def log_bucket_position(
 
 def attention_span(config: EncoderConfig, seq_len: int) -> int:
   """Number of relative-embedding rows on each side of zero."""
-  max_rel = config.max_relative_positions
-  if max_rel < 1:
-    max_rel = config.max_position_embeddings
-  if config.family == "deberta":
-    return min(seq_len, max_rel)
-  return config.position_buckets if config.position_buckets > 0 else max_rel
+  if config.relative_span == "clip_to_length":
+    return min(seq_len, config.max_relative_positions)
+  return config.position_buckets if config.position_buckets > 0 else config.max_relative_positions
 
 
 def rel_embedding_rows(config: EncoderConfig) -> int:
-  max_rel = config.max_relative_positions
-  if max_rel < 1:
-    max_rel = config.max_position_embeddings
-  if config.family == "deberta-v2" and config.position_buckets > 0:
+  if config.position_buckets > 0:
     return 2 * config.position_buckets
-  return 2 * max_rel
+  return 2 * config.max_relative_positions
 
 
 def relative_index(config: EncoderConfig, seq_len: int) -> np.ndarray:
   """`[L, L]` index into the sliced relative embeddings for (query, key).
 
   Both c2p and p2c use `clip(delta(i, j) + span, 0, 2 span - 1)` with
-  `delta = i - j` (log-bucketed in v2); the bucketing is odd-symmetric, which
-  makes HF's p2c index `clip(-delta(j, i) + span)` the same array.
+  `delta = i - j` (log-bucketed when position_buckets > 0); the bucketing is
+  odd-symmetric, which makes HF's p2c index `clip(-delta(j, i) + span)` the
+  same array.
   """
   q = np.arange(seq_len)
   rel = q[:, None] - q[None, :]
-  max_rel = config.max_relative_positions
-  if max_rel < 1:
-    max_rel = config.max_position_embeddings
-  if config.family == "deberta-v2" and config.position_buckets > 0:
-    rel = log_bucket_position(rel, config.position_buckets, max_rel)
+  if config.position_buckets > 0:
+    rel = log_bucket_position(rel, config.position_buckets, config.max_relative_positions)
   span = attention_span(config, seq_len)
   return np.clip(rel + span, 0, 2 * span - 1)
 
 
-def sliced_rel_embeddings(
-    config: EncoderConfig, rel_embeddings: Array, seq_len: int
-) -> Array:
+def sliced_rel_embeddings(config: EncoderConfig, rel_embeddings: Array, seq_len: int) -> Array:
   span = attention_span(config, seq_len)
-  if config.family == "deberta":
-    max_rel = config.max_relative_positions
-    if max_rel < 1:
-      max_rel = config.max_position_embeddings
-    return rel_embeddings[max_rel - span : max_rel + span]
+  if config.relative_span == "clip_to_length":  # Rows centred on max_relative_positions.
+    centre = config.max_relative_positions
+    return rel_embeddings[centre - span : centre + span]
   return rel_embeddings[: 2 * span]
 
 
@@ -105,8 +95,8 @@ def disentangled_scores(
   seq_len, d = q.shape[1], q.shape[-1]
   scale = np.float32(np.sqrt(np.float32(d) * scale_factor(config)))
   idx = relative_index(config, seq_len)
-  v1 = config.family == "deberta"
-  if v1:  # v1 scales the query first; v2 scales each term.
+  v1 = config.scale_query_first
+  if v1:  # Scale the query first (v1), or each term (v2).
     q = q / scale
     scores = jnp.einsum("bqhd,bkhd->bhqk", q, k)
   else:

@@ -2,8 +2,8 @@
 
 One post-LayerNorm transformer stack serves every family; the families differ
 in their embeddings and in how attention scores are formed (dot product, or
-DeBERTa's disentangled content/position terms). Attention probabilities go
-through an optional `AttentionOverride` (see `papa_jax.attention`).
+DeBERTa's disentangled content/position terms), each a named flag of
+`EncoderConfig`. What an `AttentionOverride` does is `attention.attend`'s.
 """
 
 from __future__ import annotations
@@ -85,10 +85,10 @@ class HeadProjection(nn.Module):
 
 
 class SelfAttention(nn.Module):
-  """Multi-head self-attention with the PAPA/override hooks.
+  """Multi-head self-attention: projections, family scores, output projection.
 
-  Returns `(context [B, L, D] after the output projection, probs, values)`;
-  probs is None unless captured (or needed by an override).
+  What an override does to the probabilities is `attention.attend`'s business.
+  Returns `(output [B, L, D], probs [B, H, L, L] or None, values [B, H, L, d])`.
   """
 
   config: EncoderConfig
@@ -97,32 +97,26 @@ class SelfAttention(nn.Module):
   def setup(self):
     c = self.config
     h, d = c.num_heads, c.dim_per_head
-    v1 = c.family == "deberta"
     self.query = HeadProjection(h, d, use_bias=True)
-    self.key = HeadProjection(h, d, use_bias=not v1)
+    self.key = HeadProjection(h, d, use_bias=c.key_bias)
     self.value = HeadProjection(h, d, use_bias=True)
     self.out_kernel = self.param("out_kernel", _init, (h, d, c.hidden_size))
     self.out_bias = self.param("out_bias", nn.initializers.zeros, (c.hidden_size,))
-    if c.is_deberta and c.relative_attention and not c.share_att_key:
+    if c.relative_attention and not c.share_att_key:
       if "c2p" in c.pos_att_type:
-        self.pos_key = HeadProjection(h, d, use_bias=not v1)
+        self.pos_key = HeadProjection(h, d, use_bias=c.key_bias)
       if "p2c" in c.pos_att_type:
         self.pos_query = HeadProjection(h, d, use_bias=True)
     self.attn_dropout = nn.Dropout(c.attention_dropout)
     self.pos_dropout = nn.Dropout(c.hidden_dropout)
 
-  def _dynamic_probs(
-      self,
-      x: Array,
-      mask: Array,
-      heads: tuple[int, ...],
-      rel_embeddings: Array | None,
-  ) -> Array:
+  def _dynamic_probs(self, x: Array, mask: Array, rel_embeddings: Array | None,
+                     heads: tuple[int, ...]) -> Array:
     """Softmax attention `[B, len(heads), L, L]` computed for `heads` only."""
     c = self.config
     q = self.query(x, heads)
     k = self.key(x, heads)
-    if not c.is_deberta:
+    if c.attention == "dot":
       scores = jnp.einsum("bqhd,bkhd->bhqk", q, k) * (c.dim_per_head**-0.5)
       return attn.softmax_with_key_mask(scores, mask)
     pos_q = pos_k = None
@@ -149,49 +143,17 @@ class SelfAttention(nn.Module):
       capture: bool,
   ) -> tuple[Array, Array | None, Array]:
     c = self.config
-    all_heads = tuple(range(c.num_heads))
     if rel_embeddings is not None:  # DeBERTa's per-layer pos_dropout.
       rel_embeddings = self.pos_dropout(rel_embeddings, deterministic=deterministic)
     v = self.value(x)  # [B, L, H, d]: contexts stay in this layout (no transposes).
-    values = jnp.swapaxes(v, 1, 2)  # [B, H, L, d] for probs_fn and capture only.
-    ov = override if override is not None and not override.is_identity else None
-    static = ov.static if ov else ()
-    dynamic = tuple(h for h in all_heads if h not in static)
-    dropout_off = deterministic or c.attention_dropout == 0.0
-
-    if ov and static and ov.probs_fn is None and not capture and dropout_off:
-      # Constant-attention fast path: no Q/K, no softmax, no [B,H,L,L] tensor.
-      idx = np.asarray(static, dtype=np.int32)
-      parts = [(static, attn.constant_context(ov.constants[idx], mask, v[:, :, idx]))]
-      if dynamic:
-        didx = np.asarray(dynamic, dtype=np.int32)
-        p_dyn = self._dynamic_probs(x, mask, dynamic, rel_embeddings)
-        parts.append((dynamic, jnp.einsum(
-            "bhqk,bkhd->bqhd", attn.fusion_barrier(p_dyn), v[:, :, didx])))
-      context = attn.merge_heads(parts, axis=2)
-      return self._project(context), None, values
-
-    if ov and ov.gate_logits is not None:
-      p_dyn = self._dynamic_probs(x, mask, all_heads, rel_embeddings)
-      gate = jax.nn.sigmoid(ov.gate_logits)[None, :, None, None]
-      probs = gate * p_dyn + (1.0 - gate) * attn.constant_probs(ov.constants, mask)
-    elif static:
-      idx = np.asarray(static, dtype=np.int32)
-      parts = [(static, attn.constant_probs(ov.constants[idx], mask))]
-      if dynamic:
-        parts.append((dynamic, self._dynamic_probs(x, mask, dynamic, rel_embeddings)))
-      probs = attn.merge_heads(parts)
-    else:
-      probs = self._dynamic_probs(x, mask, all_heads, rel_embeddings)
-    if ov and ov.probs_fn is not None:
-      probs = ov.probs_fn(probs, mask, layer=self.layer_index, values=values)
-    dropped = self.attn_dropout(probs, deterministic=deterministic)
-    context = jnp.einsum("bhqk,bkhd->bqhd", attn.fusion_barrier(dropped), v)
-    return self._project(context), probs, values
-
-  def _project(self, context: Array) -> Array:
-    """`[B, L, H, d]` -> `[B, L, D]`: one matmul over the merged (H, d) axis."""
-    return jnp.einsum("bqhd,hde->bqe", context, self.out_kernel) + self.out_bias
+    dropout = None
+    if not (deterministic or c.attention_dropout == 0.0):
+      dropout = functools.partial(self.attn_dropout, deterministic=False)
+    context, probs = attn.attend(
+        override, functools.partial(self._dynamic_probs, x, mask, rel_embeddings), v, mask,
+        capture=capture, dropout=dropout)
+    out = jnp.einsum("bqhd,hde->bqe", context, self.out_kernel) + self.out_bias
+    return out, probs, jnp.swapaxes(v, 1, 2)
 
 
 class TransformerLayer(nn.Module):
@@ -218,7 +180,7 @@ class TransformerLayer(nn.Module):
 
 
 class Embeddings(nn.Module):
-  """Token, position and segment embeddings, per family."""
+  """Token, position and segment embeddings, as the config's flags say."""
 
   config: EncoderConfig
 
@@ -229,28 +191,25 @@ class Embeddings(nn.Module):
                  name="word_embeddings")(input_ids)
     if c.position_biased_input:
       if position_ids is None:
-        if c.family == "roberta":  # HF create_position_ids_from_input_ids.
+        if c.position_ids == "from_padding":  # HF create_position_ids_from_input_ids.
           nonpad = (input_ids != c.pad_token_id).astype(jnp.int32)
           position_ids = jnp.cumsum(nonpad, axis=1) * nonpad + c.pad_token_id
         else:
           position_ids = jnp.arange(input_ids.shape[1])[None]
       e = e + nn.Embed(c.max_position_embeddings, c.embed_dim,
                        embedding_init=_init, name="position_embeddings")(position_ids)
-    if c.type_vocab_size > 0 and c.family != "distilbert":
+    if c.type_vocab_size > 0:
       if token_type_ids is None:
         token_type_ids = jnp.zeros_like(input_ids)
       e = e + nn.Embed(c.type_vocab_size, c.embed_dim, embedding_init=_init,
                        name="token_type_embeddings")(token_type_ids)
-    if c.is_deberta:
-      if c.embed_dim != c.hidden_size:
-        e = nn.Dense(c.hidden_size, use_bias=False, kernel_init=_init,
-                     name="embed_proj")(e)
-      e = layer_norm(c, "LayerNorm")(e)
-      e = e * mask[..., None].astype(e.dtype)
-      return nn.Dropout(c.hidden_dropout)(e, deterministic=deterministic)
+    if c.embedding_projection == "before_norm":
+      e = nn.Dense(c.hidden_size, use_bias=False, kernel_init=_init, name="embed_proj")(e)
     e = layer_norm(c, "LayerNorm")(e)
+    if c.mask_embeddings:
+      e = e * mask[..., None].astype(e.dtype)
     e = nn.Dropout(c.hidden_dropout)(e, deterministic=deterministic)
-    if c.embed_dim != c.hidden_size:  # ELECTRA's embeddings_project.
+    if c.embedding_projection == "after_dropout":
       e = nn.Dense(c.hidden_size, kernel_init=_init, name="embed_proj")(e)
     return e
 
@@ -298,13 +257,13 @@ class Encoder(nn.Module):
       )
     mask = attention_mask.astype(bool)
     if override is not None:
-      override.validate(c.num_layers, c.num_heads, seq_len)
+      override.validate(c.num_layers, c.num_heads, seq_len, input_ids.shape[0])
 
     h = Embeddings(c, name="embeddings")(
         input_ids, mask, token_type_ids, position_ids, deterministic=deterministic
     )
     rel = None
-    if c.is_deberta and c.relative_attention:
+    if c.relative_attention:
       rel = self.param("rel_embeddings", _init,
                        (deberta.rel_embedding_rows(c), c.hidden_size))
       if c.norm_rel_ebd:

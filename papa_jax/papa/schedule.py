@@ -33,6 +33,28 @@ def ranking_from_lambdas(lambdas: np.ndarray) -> list[list[int]]:
   return [[int(i // num_heads), int(i % num_heads)] for i in order]
 
 
+def head_mask_from_ranking(ranking: Sequence[Sequence[int]], k: int, num_layers: int,
+                           num_heads: int) -> np.ndarray:
+  """Boolean `[layers, heads]` marking the first k `(layer, head)` pairs."""
+  if not 0 <= k <= len(ranking):
+    raise ValueError(f"k={k} outside [0, {len(ranking)}].")
+  mask = np.zeros((num_layers, num_heads), dtype=bool)
+  for layer, head in ranking[:k]:
+    if not (0 <= layer < num_layers and 0 <= head < num_heads):
+      raise ValueError(f"Head ({layer}, {head}) does not exist in a model with "
+                       f"{num_layers} layers and {num_heads} heads.")
+    mask[layer, head] = True
+  return mask
+
+
+def static_heads(ranking: Sequence[Sequence[int]] | None, k: int, num_layers: int,
+                 num_heads: int) -> np.ndarray:
+  """The heads constant in a run with k constant heads (all of them for k = total)."""
+  if k == num_layers * num_heads:
+    return np.ones((num_layers, num_heads), bool)
+  return head_mask_from_ranking(ranking or [], k, num_layers, num_heads)
+
+
 def save_ranking(directory: str, lambdas: np.ndarray) -> str:
   os.makedirs(directory, exist_ok=True)
   np.save(os.path.join(directory, "lambdas.npy"), np.asarray(lambdas, np.float32))

@@ -163,3 +163,109 @@ def test_override_probs_fn_receives_layer_and_values(minilm, batch):
   n = mask.sum(1)
   for b in range(3):
     np.testing.assert_allclose(a[b, :, : n[b], : n[b]], 1.0 / n[b], rtol=1e-6)
+
+
+# Mixed static and dynamic heads, against oracles that share no override code.
+
+
+@pytest.fixture(scope="module")
+def hf_models(tmp_path_factory):
+  """Every random Hugging Face test architecture, saved once (needs torch to build)."""
+  pytest.importorskip("torch")
+  from tests import hf_oracle
+  out = {}
+  for name in hf_oracle.ARCHS:
+    path = tmp_path_factory.mktemp(name.replace("-", "_"))
+    hf_oracle.save_random(name, path)
+    out[name] = pj.load_pretrained(str(path))
+  return out
+
+
+@pytest.mark.parametrize("arch", ["bert", "roberta", "electra", "distilbert", "deberta",
+                                  "deberta-abs", "deberta-v3", "deberta-v2"])
+def test_override_mixed_heads_with_own_attention_reproduce_every_family(hf_models, arch):
+  """Constants = the model's own attention of one example, a random mixed head set:
+  fast and explicit paths must give the un-overridden hidden states (at real tokens)."""
+  from tests import hf_oracle
+  model = hf_models[arch]
+  cfg = model.config
+  pad = cfg.pad_token_id
+  ids, mask = hf_oracle.padded_batch(cfg.vocab_size, [13], 20, pad, seed=3)
+  ref = model.apply(ids, mask, capture_attention=True)
+  constants = jnp.stack([a[0] for a in ref.attentions])
+  heads = np.random.default_rng(len(arch)).random((cfg.num_layers, cfg.num_heads)) < 0.5
+  heads[0, 0], heads[0, -1] = True, False  # Both kinds in the first layer.
+  ov = pj.AttentionOverride.constant(constants, heads)
+  m = mask[0].astype(bool)
+  for capture in (False, True):
+    out = model.apply(ids, mask, override=ov, capture_attention=capture)
+    for a, b in zip(out.hidden_states, ref.hidden_states):
+      np.testing.assert_allclose(np.asarray(a)[0, m], np.asarray(b)[0, m], atol=3e-5,
+                                 err_msg=f"{arch}, capture={capture}")
+
+
+def _np_softmax_heads(x, mask, a, heads, head_dim):
+  """Dynamic BERT attention for `heads` in float64 numpy: `[B, len(heads), L, L]`."""
+  q = np.einsum("bld,dhk->bhlk", x, a["query"]["kernel"]) + a["query"]["bias"][None, :, None]
+  k = np.einsum("bld,dhk->bhlk", x, a["key"]["kernel"]) + a["key"]["bias"][None, :, None]
+  s = np.einsum("bhqd,bhkd->bhqk", q[:, heads], k[:, heads]) / np.sqrt(head_dim)
+  s = np.where(mask[:, None, None, :] > 0, s, -np.inf)
+  e = np.exp(s - s.max(-1, keepdims=True))
+  return e / e.sum(-1, keepdims=True)
+
+
+def test_override_mixed_heads_equal_a_numpy_layer(minilm, batch):
+  """One BERT layer with a mixed static/dynamic head set, in float64 numpy."""
+  ids, mask = batch
+  cfg = minilm.config
+  rng = np.random.default_rng(4)
+  constants = rng.random((cfg.num_layers, cfg.num_heads, 16, 16)).astype(np.float32)
+  static = np.zeros((cfg.num_layers, cfg.num_heads), bool)
+  static[0, [1, 4, 5, 11]] = True
+  p = jax.tree.map(lambda x: np.asarray(x, np.float64), minilm.params["layer_0"])
+  a = p["attention"]
+  for capture in (False, True):
+    out = minilm.apply(ids, mask, override=pj.AttentionOverride.constant(constants, static),
+                       capture_attention=capture)
+    x = np.asarray(out.hidden_states[0], np.float64)
+    m = mask.astype(np.float64)
+    probs = np.zeros((len(ids), cfg.num_heads, 16, 16))
+    const = constants[0].astype(np.float64)[None] * m[:, None, :, None] * m[:, None, None, :]
+    const /= np.maximum(np.abs(const).sum(-1, keepdims=True), 1e-12)
+    dyn = [h for h in range(cfg.num_heads) if not static[0, h]]
+    probs[:, static[0]] = const[:, static[0]]
+    probs[:, dyn] = _np_softmax_heads(x, m, a, dyn, cfg.dim_per_head)
+    v = np.einsum("bld,dhk->bhlk", x, a["value"]["kernel"]) + a["value"]["bias"][None, :, None]
+    ctx = np.einsum("bhqk,bhkd->bhqd", probs, v)
+    att = np.einsum("bhqd,hde->bqe", ctx, a["out_kernel"]) + a["out_bias"]
+    h = _np_layer_norm(x + att, p["attention_norm"], cfg.layer_norm_eps)
+    from scipy.special import erf
+    f = h @ p["intermediate"]["kernel"] + p["intermediate"]["bias"]
+    f = (0.5 * f * (1 + erf(f / np.sqrt(2)))) @ p["output"]["kernel"] + p["output"]["bias"]
+    want = _np_layer_norm(h + f, p["output_norm"], cfg.layer_norm_eps)
+    real = mask.astype(bool)
+    np.testing.assert_allclose(np.asarray(out.hidden_states[1])[real], want[real], atol=3e-5)
+
+
+def test_override_new_constants_or_gates_do_not_recompile(minilm, batch):
+  """The README's promise: constant matrices and gate values are traced data."""
+  import chex
+  ids, mask = batch
+  cfg = minilm.config
+  heads = np.zeros((cfg.num_layers, cfg.num_heads), bool)
+  heads[:3] = True
+
+  @jax.jit
+  @chex.assert_max_traces(n=2)  # One program for static heads, one for gates.
+  def run(params, ov):
+    return pj.Encoder(cfg).apply({"params": params}, ids, mask, override=ov).last_hidden_state
+
+  rng = np.random.default_rng(5)
+  shape = (cfg.num_layers, cfg.num_heads, 16, 16)
+  for _ in range(3):
+    run(minilm.params, pj.AttentionOverride.constant(jnp.asarray(rng.random(shape)), heads))
+  for _ in range(3):
+    run(minilm.params, pj.AttentionOverride.gated(jnp.asarray(rng.random(shape)),
+                                                  jnp.asarray(rng.normal(size=shape[:2]))))
+  with pytest.raises(AssertionError, match="traced > 2 times"):  # A new head set does retrace.
+    run(minilm.params, pj.AttentionOverride.constant(jnp.asarray(rng.random(shape)), ~heads))

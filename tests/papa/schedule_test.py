@@ -24,3 +24,11 @@ def test_schedule_ranking_ascending_lambda_roundtrip(tmp_path):
   assert schedule.load_ranking(path, 2, 3)[0] == [1, 1]
   with pytest.raises(ValueError, match="not a ranking of this model's 3x3 heads"):
     schedule.load_ranking(path, 3, 3)
+
+
+def test_head_mask_from_ranking():
+  mask = schedule.head_mask_from_ranking([(1, 2), (0, 0), (1, 0)], 2, 2, 3)
+  np.testing.assert_array_equal(mask, [[True, False, False], [False, False, True]])
+  with pytest.raises(ValueError, match="does not exist"):
+    schedule.head_mask_from_ranking([(5, 0)], 1, 2, 3)
+  assert schedule.static_heads(None, 6, 2, 3).all()
