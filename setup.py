@@ -14,6 +14,7 @@ INSTALL_REQUIRES = [
     "ml_collections>=1.1.0",
     "absl-py>=2.1",
     "numpy>=2.0",
+    "scipy>=1.11",  # Pearson/Spearman, correlation p-values (also a jax dependency).
     "safetensors>=0.4",
     "tokenizers>=0.20",
     "transformers>=5.0",  # Tokenizers only at run time; torch not needed.

@@ -43,15 +43,17 @@ def _batches(vocab: int, batch: int, length: int, count: int, seed: int = 0):
 
 
 def child_flax(model_dir: str, batch: int, length: int, count: int, repeats: int) -> dict:
+  import numpy as np
   from papa_jax import convert, parallel
   from papa_jax.papa import means
   model = convert.load_pretrained(model_dir)
-  data = _batches(model.config.vocab_size, batch, length, count)
+  batches = _batches(model.config.vocab_size, batch, length, count)
+  data = {k: np.concatenate([b[k] for b in batches]) for k in
+          ("input_ids", "attention_mask", "token_type_ids")}
   mesh = parallel.make_mesh(1)
 
   def one_pass():
-    state = means.MeansState.zeros(model.config, length)
-    return means.accumulate(model.config, model.params, data, mesh, state=state)
+    return means.accumulate(model.config, model.params, data, mesh, batch_size=batch)
 
   return dict(seconds=common.median_seconds(one_pass, repeats, warmup=1))
 

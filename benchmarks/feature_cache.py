@@ -2,8 +2,8 @@
 
   python benchmarks/feature_cache.py [--static-heads 0]
 
-Both runs are the pipeline's own `train_probe` (checkpoints, per-epoch
-evaluation, everything) on configs/quickstart.py, with the same seed, a
+Both runs are the pipeline's own probing run (`run._probe_runs`: checkpoints,
+per-epoch evaluation, feature caching when on) on configs/quickstart.py, with the same seed, a
 deterministic encoder and bfloat16 features; only probe.cache_features
 differs. Prints wall time, the speedup and both runs' scores.
 """
@@ -39,10 +39,10 @@ def main():
     cfg.probe.cache_features = cache
     if args.max_train_examples > 0:
       cfg.data.max_train_examples = args.max_train_examples
-    ctx = run.Context(cfg, tempfile.mkdtemp())
-    _ = ctx.train_data, ctx.eval_data  # Tokenization is common to both; not timed.
+    setup = run.Setup(cfg, tempfile.mkdtemp())
+    _ = setup.train_data, setup.eval_data  # Tokenization is common to both; not timed.
     t = time.perf_counter()
-    row = run.train_probe(ctx, "raw", 0, None)
+    row = run._probe_runs(setup, "raw", 0, None)[0]  # pylint: disable=protected-access
     seconds = time.perf_counter() - t
     rows.append(dict(run="cached" if cache else "uncached", seconds=seconds,
                      final_accuracy=row["score"], best_accuracy=row["best_score"],

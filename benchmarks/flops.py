@@ -23,7 +23,7 @@ import papa_jax as pj  # noqa: E402
 from benchmarks import common  # noqa: E402
 from papa_jax.models.encoder import init_params  # noqa: E402
 
-BERT_BASE = pj.EncoderConfig(family="bert", vocab_size=30522, hidden_size=768, num_layers=12,
+BERT_BASE = pj.EncoderConfig(vocab_size=30522, hidden_size=768, num_layers=12,
                              num_heads=12, intermediate_size=3072, max_position_embeddings=512)
 
 

@@ -76,18 +76,20 @@ def torch_step_fn(model_dir: str, batch: dict, num_labels: int = 2):
 def flax_step_fn(model: pj.Pretrained, batch: dict, static: bool):
   cfg = model.config
   L = batch["input_ids"].shape[1]
-  heads = np.ones((cfg.num_layers, cfg.num_heads), bool) if static else None
-  spec = train.EncoderSpec(cfg, static_heads=heads)
+  override = None
+  if static:
+    override = pj.AttentionOverride.constant(
+        jnp.full((cfg.num_layers, cfg.num_heads, L, L), 1.0 / L))
+  encoder = train.FrozenEncoder(model.params, override, cfg)
   probe = probes.SentenceProbe(2, cfg.hidden_size, 0.1)
   tx = train.make_optimizer(OPT)
-  state = train.init_state(probe, spec, tx, 0, L)
-  constants = jnp.full((cfg.num_layers, cfg.num_heads, L, L), 1.0 / L) if static else None
-  step = jax.jit(train.make_train_step(probe, "classification", spec, tx, 0), donate_argnums=0)
+  state = train.init_state(probe, encoder, tx, 0, L)
+  step = jax.jit(train.make_train_step(probe, tx, 0), donate_argnums=0)
   b = jax.device_put(batch)
   holder = [state]
 
   def run():
-    holder[0], loss = step(holder[0], b, model.params, constants)
+    holder[0], loss = step(holder[0], b, encoder)
     return float(loss)
 
   return run

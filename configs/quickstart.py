@@ -11,6 +11,7 @@ departures to fit the budget, each on purpose:
     so each probe costs one encoder pass instead of fifteen;
   * a 2-epoch sorting run on 2,000 of those examples, with gate learning rate
     0.05 (at 2e-5 the gates would barely move in so few steps).
+One probe seed (42); add seeds with --config.papa.seeds="(42,43,44)".
 """
 
 from configs import base
@@ -18,16 +19,16 @@ from configs import base
 
 def get_config():
   c = base.get_config()
-  c.model.name = "sentence-transformers/all-MiniLM-L6-v2"
+  c.model.name = base.model_name("minilm")
   c.data.task = "sst2"
   c.data.max_length = 64
   c.data.max_train_examples = 4000
   c.probe.encoder_dropout = False
   c.probe.cache_features = True
   c.probe.feature_dtype = "bfloat16"
-  c.probe.cache_max_gb = 4.0
+  c.run.cache_max_gb = 4.0
   c.sort.epochs = 2
   c.sort.max_train_examples = 2000
   c.sort.gate_learning_rate = 0.05
-  c.log_every_steps = 50
+  c.run.log_every_steps = 50
   return c

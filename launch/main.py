@@ -2,11 +2,16 @@
 
   python launch/main.py --config=configs/bert_sst2.py --workdir=DIR \
       [--config.stage=means|sort|probe|all|effective] [--config.field=value ...]
+
+Exits with status 75 when preempted (SIGTERM) after saving a checkpoint:
+rerun the same command to resume.
 """
 
 import os
 import sys
 
+# Config files import `configs.base`, which lives beside this launcher's folder
+# (configs are not part of the installed package).
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from absl import app, flags, logging  # noqa: E402
@@ -25,15 +30,22 @@ def main(argv):
   logging.get_absl_logger().addFilter(
       lambda r: r.levelno >= 30 or "orbax" not in r.pathname)  # 30: Python WARNING.
   import jax  # pylint: disable=import-outside-toplevel
-  from papa_jax import parallel, run  # pylint: disable=import-outside-toplevel
+  from papa_jax import parallel, preemption, run  # pylint: disable=import-outside-toplevel
   config = _CONFIG.value
+  preemption.install()
   parallel.maybe_initialize_distributed(config)
   logging.info("JAX %s on %s: process %d/%d, %d devices.", jax.__version__, jax.default_backend(),
                jax.process_index(), jax.process_count(), jax.device_count())
   logging.info("Config:\n%s", config)
-  run.run(config, _WORKDIR.value)
+  try:
+    run.run(config, _WORKDIR.value)
+  except preemption.Preempted as e:
+    logging.warning("%s Rerun the same command to resume.", e)
+    sys.exit(preemption.EXIT_CODE)
 
 
 if __name__ == "__main__":
+  import jax  # noqa: E402  pylint: disable=g-import-not-at-top
+  jax.config.config_with_absl()
   logging.set_verbosity(logging.INFO)
   app.run(main)

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Sequence
 
 import numpy as np
+import scipy.stats
 
 
 def accuracy(pred: np.ndarray, label: np.ndarray) -> float:
@@ -35,31 +36,19 @@ def binary_f1(pred: np.ndarray, label: np.ndarray, positive: int = 1) -> float:
   return float(2 * tp / denom) if denom else 0.0
 
 
-def pearson(x: np.ndarray, y: np.ndarray) -> float:
+def _correlation(fn, x: np.ndarray, y: np.ndarray) -> float:
   x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
-  x, y = x - x.mean(), y - y.mean()
-  denom = np.sqrt((x * x).sum() * (y * y).sum())
-  return float((x * y).sum() / denom) if denom else 0.0
+  if len(x) < 2 or np.ptp(x) == 0 or np.ptp(y) == 0:
+    return 0.0  # Undefined (a constant input); 0, as for Matthews.
+  return float(fn(x, y).statistic)
 
 
-def _rank(x: np.ndarray) -> np.ndarray:
-  """Average ranks (ties share the mean rank), as scipy.stats.rankdata."""
-  x = np.asarray(x)
-  order = np.argsort(x, kind="mergesort")
-  ranks = np.empty(len(x), np.float64)
-  sx = x[order]
-  i = 0
-  while i < len(x):
-    j = i
-    while j + 1 < len(x) and sx[j + 1] == sx[i]:
-      j += 1
-    ranks[order[i:j + 1]] = (i + j) / 2.0 + 1
-    i = j + 1
-  return ranks
+def pearson(x: np.ndarray, y: np.ndarray) -> float:
+  return _correlation(scipy.stats.pearsonr, x, y)
 
 
 def spearman(x: np.ndarray, y: np.ndarray) -> float:
-  return pearson(_rank(x), _rank(y))
+  return _correlation(scipy.stats.spearmanr, x, y)
 
 
 def _split_tag(tag: str) -> tuple[str, str]:

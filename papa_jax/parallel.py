@@ -1,15 +1,19 @@
-"""Device mesh, shardings and multi-process start-up (data parallelism only)."""
+"""Data parallelism: the mesh, shardings, multi-process start-up, and the one
+loop over global batches that every forward-only pass uses (`map_batches`).
+"""
 
 from __future__ import annotations
 
-import os
-from typing import Callable
+from typing import Any, Callable, Iterator
 
 import jax
 import numpy as np
 from absl import logging
 from jax.flatten_util import ravel_pytree
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from papa_jax.data import pipeline
+from papa_jax.progress import Progress
 
 DATA = "data"
 
@@ -20,7 +24,7 @@ def maybe_initialize_distributed(config) -> None:
   Coordinator address, process count and id come from the config, or, when
   left empty/-1, from the platform (TPU pods and SLURM fill them in).
   """
-  d = config.distributed
+  d = config.run.distributed
   if not d.enabled:
     return
   if jax.distributed.is_initialized():
@@ -61,12 +65,6 @@ def replicated(mesh: Mesh) -> NamedSharding:
   return NamedSharding(mesh, P())
 
 
-def check_batch_size(batch_size: int, mesh: Mesh, what: str) -> None:
-  if batch_size % mesh.size:
-    raise ValueError(f"{what}={batch_size} is not divisible by the {mesh.size} devices of "
-                     "the mesh; choose a multiple (the last batch is padded anyway).")
-
-
 def put_batch(batch: dict[str, np.ndarray], mesh: Mesh) -> dict[str, jax.Array]:
   """Host batch -> global arrays sharded over `data` (this host's rows only)."""
   sharding = batch_sharding(mesh)
@@ -97,7 +95,51 @@ def is_main_process() -> bool:
   return jax.process_index() == 0
 
 
-def fingerprint_env() -> dict:
-  return dict(process_index=jax.process_index(), process_count=jax.process_count(),
-              devices=jax.device_count(), backend=jax.default_backend(),
-              xla_flags=os.environ.get("XLA_FLAGS", ""))
+def map_batches(fn: Callable[[dict], Any], data, *, batch_size: int, mesh: Mesh,
+                start: int = 0, desc: str = "", every: int = 20
+                ) -> Iterator[tuple[int, Any, np.ndarray]]:
+  """`fn` on every global batch of `data` on the mesh; host outputs, in order.
+
+  Owns what every forward-only loop needs: fixed-shape global batches padded
+  to `batch_size` (pad rows have `valid=False`), each process feeding only its
+  rows of each batch (every process holds the whole split, so step counts are
+  equal everywhere), the resume position, progress lines, and device-to-host
+  transfers that overlap the next batch's compute (batch i is fetched after
+  batch i + 1 is dispatched).
+
+  Args:
+    fn: jitted `device batch -> pytree` whose outputs are replicated (sums
+      reduced over the mesh, or per-example rows gathered), so every process
+      can read them.
+    data: anything `pipeline.batches` takes (`Encoded`, `Features`, a dict).
+    batch_size: the global batch size (divisible by the mesh size).
+    mesh: the data mesh.
+    start: the first step to run (resuming).
+    desc: progress label ('' for no progress lines).
+    every: log progress every `every` steps.
+
+  Yields:
+    `(step, outputs as numpy, valid)`, `valid` marking the real rows of the
+    global batch.
+  """
+  if batch_size % mesh.size:
+    raise ValueError(f"Global batch {batch_size} is not divisible by the mesh's {mesh.size} "
+                     "devices.")
+  total = pipeline.num_rows(data)
+  prog = Progress(desc, total, every=every, start=min(start * batch_size, total)) if desc else None
+  pending = None
+  for step, batch in enumerate(pipeline.batches(data, batch_size, start=start), start=start):
+    out = fn(put_batch(pipeline.host_slice(batch), mesh))
+    jax.tree.map(lambda x: x.copy_to_host_async(), out)
+    if pending is not None:
+      yield _fetch(*pending, prog)
+    pending = (step, out, batch["valid"])
+  if pending is not None:
+    yield _fetch(*pending, prog)
+
+
+def _fetch(step: int, out: Any, valid: np.ndarray, prog: Progress | None):
+  host = jax.tree.map(np.asarray, jax.device_get(out))
+  if prog is not None:
+    prog.update(int(valid.sum()))
+  return step, host, valid

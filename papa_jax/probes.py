@@ -29,6 +29,7 @@ class SentenceProbe(nn.Module):
   num_labels: int
   hidden_size: int
   dropout_rate: float = 0.1
+  kind: str = "classification"  # Or "regression" (one output, squared error).
 
   @nn.compact
   def __call__(self, features: Array, mask: Array, *, deterministic: bool = True) -> Array:
@@ -47,6 +48,7 @@ class TokenProbe(nn.Module):
 
   num_labels: int
   hidden_size: int
+  kind: str = "tagging"
 
   @nn.compact
   def __call__(self, features: Array, mask: Array, *, deterministic: bool = True) -> Array:
@@ -60,7 +62,7 @@ class TokenProbe(nn.Module):
 def make_probe(kind: str, num_labels: int, hidden_size: int, dropout_rate: float) -> nn.Module:
   if kind == "tagging":
     return TokenProbe(num_labels, hidden_size)
-  return SentenceProbe(num_labels, hidden_size, dropout_rate)
+  return SentenceProbe(num_labels, hidden_size, dropout_rate, kind=kind)
 
 
 def loss_fn(kind: str, logits: Array, labels: Array, valid: Array) -> tuple[Array, Array]:

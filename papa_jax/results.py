@@ -1,105 +1,148 @@
-"""Results a person reads: JSON, CSV, a markdown table like the paper's, a plot."""
+"""One workdir's results a person reads: JSON, CSV, a markdown table, a plot.
+
+Rows are probing runs (one per variant, static-head count and probe seed);
+the tables average seeds (mean, and the sample standard deviation when there
+are several). The suite report (`papa_jax/report.py`) adds bootstrap intervals
+across workdirs.
+"""
 
 from __future__ import annotations
 
 import csv
-import json
 import os
 from typing import Sequence
 
-CSV_FIELDS = ("model", "task", "variant", "static_heads", "total_heads", "fraction",
+import numpy as np
+
+from papa_jax import workdir
+
+CSV_FIELDS = ("model", "task", "variant", "static_heads", "total_heads", "fraction", "seed",
               "metric", "score", "best_score", "examples", "eval_examples", "epochs", "seconds")
 
 
-def write_json(path: str, obj) -> None:
-  tmp = path + ".tmp"
-  with open(tmp, "w") as f:
-    json.dump(obj, f, indent=2, sort_keys=False, default=float)
-  os.replace(tmp, path)
+def save_predictions(path: str, predictions: np.ndarray, labels: np.ndarray,
+                     logits: np.ndarray | None = None) -> None:
+  """Per-example dev outputs of one run (`predictions`, `labels`, optional `logits`).
+
+  Layouts: class ids `[N]`, regression values `[N]`, or tag ids `[N, L]` with
+  the labels' -100 where a position is not scored.
+  """
+  arrays = dict(predictions=predictions, labels=labels)
+  if logits is not None:
+    arrays["logits"] = logits.astype(np.float32)
+  with workdir.atomic_write(path, "wb") as f:
+    np.savez(f, **arrays)
 
 
 def relative_drop(baseline: float, score: float) -> float:
   return (baseline - score) / baseline if baseline else float("nan")
 
 
-def summary_rows(rows: Sequence[dict]) -> list[dict]:
-  """Per (model, task, variant): baseline, PAPA (all heads), drop, half heads."""
-  out = []
-  groups: dict = {}
+def by_run(rows: Sequence[dict]) -> dict[tuple, dict]:
+  """(model, task, variant, static_heads) -> mean, std, n and seeds of the scores."""
+  groups: dict[tuple, list[dict]] = {}
   for r in rows:
-    groups.setdefault((r["model"], r["task"], r["variant"]), []).append(r)
-  baselines = {(r["model"], r["task"]): r["score"] for r in rows if r["static_heads"] == 0}
-  for (model, task, variant), rs in groups.items():
-    by_k = {r["static_heads"]: r for r in rs}
-    total = rs[0]["total_heads"]
-    base = baselines.get((model, task))
-    papa = by_k.get(total, {}).get("score")
-    half = by_k.get(total // 2, {}).get("score")
-    out.append(dict(model=model, task=task, variant=variant, metric=rs[0]["metric"],
-                    baseline=base, papa=papa,
-                    relative_drop=relative_drop(base, papa) if None not in (base, papa) else None,
-                    half_heads=half, seconds=sum(r["seconds"] for r in rs)))
+    groups.setdefault((r["model"], r["task"], r["variant"], r["static_heads"]), []).append(r)
+  out = {}
+  for key, rs in groups.items():
+    scores = np.asarray([r["score"] for r in rs], np.float64)
+    out[key] = dict(mean=float(scores.mean()),
+                    std=float(scores.std(ddof=1)) if len(scores) > 1 else None,
+                    n=len(scores), seeds=[r.get("seed") for r in rs],
+                    best=float(np.mean([r["best_score"] for r in rs])),
+                    seconds=float(sum(r["seconds"] for r in rs)),
+                    total_heads=rs[0]["total_heads"], fraction=rs[0]["fraction"],
+                    metric=rs[0]["metric"])
   return out
 
 
-def _fmt(v, pct=False) -> str:
+def summary_rows(rows: Sequence[dict]) -> list[dict]:
+  """Per (model, task, variant): baseline, PAPA (all heads), drop, half heads."""
+  runs = by_run(rows)
+  out = []
+  for model, task, variant in dict.fromkeys((k[0], k[1], k[2]) for k in runs):
+    ks = {k[3]: v for k, v in runs.items() if k[:3] == (model, task, variant)}
+    any_run = next(iter(ks.values()))
+    total = any_run["total_heads"]
+    base = runs.get((model, task, "raw", 0))
+    papa, half = ks.get(total), ks.get(total // 2)
+    pick = lambda r, f: None if r is None else r[f]
+    out.append(dict(
+        model=model, task=task, variant=variant, metric=any_run["metric"],
+        baseline=pick(base, "mean"), baseline_std=pick(base, "std"),
+        papa=pick(papa, "mean"), papa_std=pick(papa, "std"),
+        relative_drop=None if base is None or papa is None else relative_drop(
+            base["mean"], papa["mean"]),
+        half_heads=pick(half, "mean"), half_heads_std=pick(half, "std"),
+        seeds=len(any_run["seeds"]), seconds=sum(v["seconds"] for v in ks.values())))
+  return out
+
+
+def _fmt(v, std=None, pct=False) -> str:
   if v is None:
     return "–"
-  if isinstance(v, float):
-    return f"{100 * v:.1f}%" if pct else f"{v:.4f}"
-  return str(v)
+  if pct:
+    return f"{100 * v:.1f}%"
+  return f"{v:.4f}" + (f" ± {std:.4f}" if std is not None else "")
 
 
 def markdown(rows: Sequence[dict]) -> str:
-  lines = ["| model | task | constant attention | metric | baseline (0 heads) | PAPA (all heads) "
-           "| relative drop | half heads | seconds |", "|---|---|---|---|---|---|---|---|---|"]
+  seeds = max(len(by_run(rows)[k]["seeds"]) for k in by_run(rows))
+  note = "" if seeds == 1 else f" (mean ± std over {seeds} probe seeds)"
+  lines = [f"| model | task | constant attention | metric | baseline (0 heads){note} "
+           "| PAPA (all heads) | relative drop | half heads | seconds |",
+           "|---|---|---|---|---|---|---|---|---|"]
   for s in summary_rows(rows):
     lines.append("| " + " | ".join([
-        s["model"], s["task"], s["variant"], s["metric"], _fmt(s["baseline"]), _fmt(s["papa"]),
-        _fmt(s["relative_drop"], pct=True), _fmt(s["half_heads"]), f"{s['seconds']:.0f}"]) + " |")
-  lines += ["", "| variant | static heads | fraction | score | best epoch score | seconds |",
-            "|---|---|---|---|---|---|"]
-  for r in sorted(rows, key=lambda r: (r["variant"] != "raw", r["variant"], r["static_heads"])):
-    lines.append(f"| {r['variant']} | {r['static_heads']}/{r['total_heads']} | "
-                 f"{r['fraction']:.4f} | {r['score']:.4f} | {r['best_score']:.4f} | "
-                 f"{r['seconds']:.0f} |")
+        s["model"], s["task"], s["variant"], s["metric"], _fmt(s["baseline"], s["baseline_std"]),
+        _fmt(s["papa"], s["papa_std"]), _fmt(s["relative_drop"], pct=True),
+        _fmt(s["half_heads"], s["half_heads_std"]), f"{s['seconds']:.0f}"]) + " |")
+  lines += ["", "| variant | static heads | fraction | score | best epoch score | seeds | seconds |",
+            "|---|---|---|---|---|---|---|"]
+  runs = by_run(rows)
+  for key in sorted(runs, key=lambda k: (k[2] != "raw", k[2], k[3])):
+    r = runs[key]
+    lines.append(f"| {key[2]} | {key[3]}/{r['total_heads']} | {r['fraction']:.4f} | "
+                 f"{_fmt(r['mean'], r['std'])} | {r['best']:.4f} | "
+                 f"{','.join(map(str, r['seeds']))} | {r['seconds']:.0f} |")
   return "\n".join(lines) + "\n"
 
 
 def plot(rows: Sequence[dict], path: str, title: str) -> None:
-  import matplotlib  # pylint: disable=import-outside-toplevel
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
+  from papa_jax.analysis.figures import pyplot, save_figure  # pylint: disable=import-outside-toplevel
+  plt = pyplot()
+  runs = by_run(rows)
   fig, ax = plt.subplots(figsize=(5.5, 3.8), dpi=120)
-  for variant in sorted({r["variant"] for r in rows}):
-    rs = sorted((r for r in rows if r["variant"] == variant or r["static_heads"] == 0),
-                key=lambda r: r["fraction"])
-    ax.plot([r["fraction"] for r in rs], [r["score"] for r in rs], "o-",
-            label=f"constant = mean {variant} attention")
-  base = [r["score"] for r in rows if r["static_heads"] == 0]
+  for variant in sorted({k[2] for k in runs}):
+    keys = sorted((k for k in runs if k[2] == variant or k[3] == 0),
+                  key=lambda k: runs[k]["fraction"])
+    std = [runs[k]["std"] or 0.0 for k in keys]
+    ax.errorbar([runs[k]["fraction"] for k in keys], [runs[k]["mean"] for k in keys],
+                yerr=std if any(std) else None, fmt="o-", capsize=3,
+                label=f"constant = mean {variant} attention")
+  base = [runs[k]["mean"] for k in runs if k[3] == 0]
   if base:
     ax.axhline(base[0], color="gray", ls=":", lw=1, label="baseline (input-dependent)")
+  seeds = max(runs[k]["n"] for k in runs)
   ax.set_xlabel("fraction of heads with constant attention")
-  ax.set_ylabel(rows[0]["metric"])
+  ax.set_ylabel(rows[0]["metric"] + (f" (mean ± std, {seeds} seeds)" if seeds > 1 else ""))
   ax.set_title(title, fontsize=9)
   ax.grid(alpha=0.3)
   ax.legend(fontsize=7)
-  fig.tight_layout()
-  fig.savefig(path)
-  plt.close(fig)
+  save_figure(fig, path)
 
 
-def write_all(workdir: str, rows: list[dict], meta: dict) -> dict[str, str]:
+def write_all(directory: str, rows: list[dict], meta: dict) -> dict[str, str]:
   """Writes results.json/.csv/.md and papa_curve.png; returns their paths."""
-  paths = {k: os.path.join(workdir, f) for k, f in (
+  paths = {k: os.path.join(directory, f) for k, f in (
       ("json", "results.json"), ("csv", "results.csv"), ("md", "results.md"),
       ("png", "papa_curve.png"))}
-  write_json(paths["json"], dict(meta, rows=rows, summary=summary_rows(rows)))
-  with open(paths["csv"], "w", newline="") as f:
+  workdir.write_json(paths["json"], dict(meta, rows=rows, summary=summary_rows(rows)))
+  with workdir.atomic_write(paths["csv"], "w", newline="") as f:
     w = csv.DictWriter(f, fieldnames=CSV_FIELDS, extrasaction="ignore")
     w.writeheader()
     w.writerows(rows)
-  with open(paths["md"], "w") as f:
+  with workdir.atomic_write(paths["md"]) as f:
     f.write(f"# PAPA: {rows[0]['model']} on {rows[0]['task']}\n\n{markdown(rows)}")
   plot(rows, paths["png"], f"{rows[0]['model']} / {rows[0]['task']}")
   return paths

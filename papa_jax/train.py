@@ -1,11 +1,10 @@
-"""Probe training on a frozen encoder: the step, evaluation and the epoch loop.
+"""Probe training on a frozen encoder: the representation, the steps, the loop.
 
-The trainable tree is `{"probe": ..., "gates": ...}` ("gates" only for PAPA
-head sorting). Encoder parameters are an input that is never differentiated;
-without gates the encoder's outputs also pass `jax.lax.stop_gradient`, so the
-compiled step holds no backward pass through the encoder. With gates the
-backward pass must run through it (the gates sit in every layer), but the
-encoder weights still get no gradient.
+The trainable tree is `{"probe": ...}`, plus `"gates"` for PAPA head sorting.
+Without gates the encoder's forward pass runs outside the differentiated
+function, so the compiled step holds no backward pass through the encoder by
+construction. With gates the backward pass must run through it (the gates sit
+in every layer), but the encoder weights are data, never differentiated.
 """
 
 from __future__ import annotations
@@ -24,7 +23,7 @@ from absl import logging
 
 from papa_jax import attention as attn
 from papa_jax import checkpoint as ckpt_lib
-from papa_jax import parallel, probes
+from papa_jax import parallel, preemption, probes
 from papa_jax.data import pipeline
 from papa_jax.models.config import EncoderConfig
 from papa_jax.models.encoder import Encoder
@@ -41,44 +40,46 @@ class TrainState:
   opt_state: Any
 
 
+@jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
-class EncoderSpec:
-  """How the frozen encoder produces probe features.
+class FrozenEncoder:
+  """The frozen encoder as a representation function (scenic's `representation_fn`).
+
+  A pytree: the parameters and the override's arrays are traced data, so new
+  constant matrices or gate values never recompile; the architecture, the
+  static-head selection and the dropout choice are static.
 
   Attributes:
-    config: the encoder architecture.
-    static_heads: boolean [layers, heads] (PAPA runs), or None.
-    gated: mix every head with its constant through trainable gates (sorting).
+    params: encoder parameters.
+    override: an `AttentionOverride`, or None.
+    config: the architecture.
     dropout: keep the encoder's dropout on while training (as the paper does).
-    feature_dtype: dtype the hidden states are cast to before the probe
-      (the dtype of cached features; "float32" or "bfloat16").
+    feature_dtype: dtype of the features fed to the probe ("float32" or
+      "bfloat16"; the dtype of cached features).
   """
 
-  config: EncoderConfig
-  static_heads: tuple | None = None
-  gated: bool = False
-  dropout: bool = False
-  feature_dtype: str = "float32"
+  params: Any
+  override: attn.AttentionOverride | None
+  config: EncoderConfig = dataclasses.field(metadata=dict(static=True))
+  dropout: bool = dataclasses.field(default=False, metadata=dict(static=True))
+  feature_dtype: str = dataclasses.field(default="float32", metadata=dict(static=True))
 
-  def __post_init__(self):
-    object.__setattr__(self, "static_heads", attn.as_static_heads(self.static_heads))
+  @property
+  def gated(self) -> bool:
+    return self.override is not None and self.override.gate_logits is not None
 
-  def override(self, constants, gates) -> attn.AttentionOverride | None:
-    if self.gated:
-      return attn.AttentionOverride(constants=constants, gate_logits=gates)
-    if self.static_heads is not None and np.any(self.static_heads):
-      return attn.AttentionOverride(constants=constants, static_heads=self.static_heads)
-    return None
-
-  def features(self, enc_params, constants, gates, batch, *, train: bool, rng=None) -> Array:
+  def features(self, batch: dict, *, train: bool, rng=None, gates: Array | None = None) -> Array:
     """Stacked hidden states `[B, K, L, D]` in `feature_dtype`."""
+    override = self.override if gates is None else self.override.with_gates(gates)
     deterministic = not (train and self.dropout)
     out = Encoder(self.config).apply(
-        {"params": enc_params}, batch["input_ids"], batch["attention_mask"],
-        batch["token_type_ids"], override=self.override(constants, gates),
-        deterministic=deterministic, rngs=None if deterministic else {"dropout": rng})
-    feats = jnp.stack(out.hidden_states, axis=1).astype(DTYPES[self.feature_dtype])
-    return feats if self.gated else jax.lax.stop_gradient(feats)
+        {"params": self.params}, batch["input_ids"], batch["attention_mask"],
+        batch["token_type_ids"], override=override, deterministic=deterministic,
+        rngs=None if deterministic else {"dropout": rng})
+    return jnp.stack(out.hidden_states, axis=1).astype(DTYPES[self.feature_dtype])
+
+  def feature_shape(self, max_length: int) -> tuple[int, int, int]:
+    return self.config.num_hidden_states, max_length, self.config.hidden_size
 
 
 def make_optimizer(cfg, gate_learning_rate: float | None = None) -> optax.GradientTransformation:
@@ -97,36 +98,41 @@ def make_optimizer(cfg, gate_learning_rate: float | None = None) -> optax.Gradie
   return inner
 
 
-def init_state(probe: nn.Module, spec: EncoderSpec, tx, seed: int, max_length: int) -> TrainState:
-  c = spec.config
-  dummy = jnp.zeros((1, c.num_hidden_states, max_length, c.hidden_size), jnp.float32)
-  params = {"probe": probe.init(jax.random.key(seed), dummy, jnp.ones((1, max_length)))["params"]}
-  if spec.gated:
-    params["gates"] = jnp.zeros((c.num_layers, c.num_heads), jnp.float32)
+def init_state(probe: nn.Module, encoder: FrozenEncoder, tx, seed: int,
+               max_length: int) -> TrainState:
+  k, l, d = encoder.feature_shape(max_length)
+  dummy = jnp.zeros((1, k, l, d), jnp.float32)
+  params = {"probe": probe.init(jax.random.key(seed), dummy, jnp.ones((1, l)))["params"]}
+  if encoder.gated:
+    params["gates"] = jnp.zeros(encoder.override.gate_logits.shape, jnp.float32)
   return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params))
 
 
-def make_train_step(probe: nn.Module, kind: str, spec: EncoderSpec, tx, seed: int) -> Callable:
-  """`step(state, batch, enc_params, constants) -> (state, loss)`.
+def _inputs(encoder: FrozenEncoder, batch: dict, **kwargs) -> Array:
+  """Cached features when the batch has them, else the encoder's."""
+  return batch["features"] if "features" in batch else encoder.features(batch, **kwargs)
 
-  A batch holds either encoder inputs or precomputed `features`.
-  """
+
+def make_train_step(probe: nn.Module, tx, seed: int) -> Callable:
+  """`step(state, batch, encoder) -> (state, loss)`; batches hold inputs or `features`."""
   base = jax.random.key(seed + 1)
 
-  def loss(trainable, enc_params, constants, batch, rng):
-    enc_rng, probe_rng = jax.random.split(rng)
-    if "features" in batch:
-      feats = batch["features"]
-    else:
-      feats = spec.features(enc_params, constants, trainable.get("gates"), batch,
-                            train=True, rng=enc_rng)
-    logits = probe.apply({"params": trainable["probe"]}, feats, batch["attention_mask"],
-                         deterministic=False, rngs={"dropout": probe_rng})
-    return probes.loss_fn(kind, logits, batch["labels"], batch["valid"])[0]
+  def probe_loss(probe_params, feats, batch, rng):
+    logits = probe.apply({"params": probe_params}, feats, batch["attention_mask"],
+                         deterministic=False, rngs={"dropout": rng})
+    return probes.loss_fn(probe.kind, logits, batch["labels"], batch["valid"])[0]
 
-  def step(state: TrainState, batch, enc_params, constants):
-    rng = jax.random.fold_in(base, state.step)
-    value, grads = jax.value_and_grad(loss)(state.params, enc_params, constants, batch, rng)
+  def step(state: TrainState, batch, encoder: FrozenEncoder):
+    enc_rng, probe_rng = jax.random.split(jax.random.fold_in(base, state.step))
+    if "gates" in state.params:  # Head sorting: the gates' gradient runs through the encoder.
+      def loss(trainable):
+        feats = encoder.features(batch, train=True, rng=enc_rng, gates=trainable["gates"])
+        return probe_loss(trainable["probe"], feats, batch, probe_rng)
+      value, grads = jax.value_and_grad(loss)(state.params)
+    else:  # The encoder's forward pass stays outside the differentiated function.
+      feats = _inputs(encoder, batch, train=True, rng=enc_rng)
+      value, g = jax.value_and_grad(probe_loss)(state.params["probe"], feats, batch, probe_rng)
+      grads = {"probe": g}
     updates, opt_state = tx.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
     return TrainState(step=state.step + 1, params=params, opt_state=opt_state), value
@@ -134,108 +140,128 @@ def make_train_step(probe: nn.Module, kind: str, spec: EncoderSpec, tx, seed: in
   return step
 
 
-def make_eval_step(probe: nn.Module, spec: EncoderSpec) -> Callable:
-  def step(params, batch, enc_params, constants):
-    if "features" in batch:
-      feats = batch["features"]
-    else:
-      feats = spec.features(enc_params, constants, params.get("gates"), batch, train=False)
+def make_eval_step(probe: nn.Module) -> Callable:
+  def step(params, batch, encoder: FrozenEncoder):
+    feats = _inputs(encoder, batch, train=False, gates=params.get("gates"))
     return probe.apply({"params": params["probe"]}, feats, batch["attention_mask"],
                        deterministic=True)
   return step
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class FitConfig:
-  """What the epoch loop needs from `config.probe` (or `config.sort`)."""
+  """The loop's settings (from `config.probe` or `config.sort`, and `config.run`).
+
+  `checkpoint_every_steps` adds checkpoints within an epoch (0: at epoch ends
+  only); a resumed run equals an uninterrupted one either way.
+  """
 
   epochs: int
   batch_size: int
   eval_batch_size: int
   seed: int
   log_every_steps: int = 50
+  checkpoint_dir: str = ""
+  fingerprint: str = ""
+  checkpoint_every_steps: int = 0
 
 
-def predict(eval_fn, params, data, enc_params, constants, mesh, batch_size: int) -> np.ndarray:
-  """Logits for every example of `data`, in order (padding removed)."""
-  outs = []
-  for batch in pipeline.batches(data, batch_size):
-    valid = batch["valid"]
-    logits = eval_fn(params, parallel.put_batch(pipeline.host_slice(batch), mesh),
-                     enc_params, constants)
-    outs.append(np.asarray(jax.device_get(logits))[valid])  # Replicated output.
+def predict(eval_fn, params, encoder: FrozenEncoder, data, mesh, batch_size: int) -> np.ndarray:
+  """Probe outputs for every example of `data`, in order (padding removed)."""
+  outs = [out[valid] for _, out, valid in parallel.map_batches(
+      lambda b: eval_fn(params, b, encoder), data, batch_size=batch_size, mesh=mesh)]
   return np.concatenate(outs)
 
 
-def fit(*, name: str, probe: nn.Module, kind: str, spec: EncoderSpec, tx, fit_cfg: FitConfig,
-        train_data, eval_data, enc_params, constants, mesh, score_fn: Callable[[np.ndarray], dict],
-        ckpt_dir: str | None, fingerprint: str, max_length: int) -> tuple[TrainState, list[dict]]:
-  """Trains `probe` for `fit_cfg.epochs`, evaluating and checkpointing each epoch.
+def fit(name: str, probe: nn.Module, encoder: FrozenEncoder, tx, cfg: FitConfig, train_data,
+        eval_data, score_fn: Callable[[np.ndarray], dict],
+        mesh) -> tuple[TrainState, list[dict], np.ndarray]:
+  """Trains `probe` for `cfg.epochs`, evaluating each epoch; resumable.
 
-  Resumes from the latest checkpoint in `ckpt_dir` (epoch granularity): the
-  data order of epoch e depends only on (seed, e) and dropout keys only on
-  the step, so a resumed run equals an uninterrupted one.
+  The data order of epoch e depends only on (seed, e) and dropout keys only on
+  the step, so resuming from a checkpoint (at an epoch end, or within an epoch
+  every `cfg.checkpoint_every_steps` steps, or on preemption) gives the same
+  result as an uninterrupted run.
 
   Returns:
-    The final state and the per-epoch history (train loss, eval scores, time).
+    The final state, the per-epoch history (train loss, eval scores, time), and
+    the last epoch's eval outputs (logits) for every eval example.
   """
-  parallel.check_batch_size(fit_cfg.batch_size, mesh, "batch_size")
-  parallel.check_batch_size(fit_cfg.eval_batch_size, mesh, "eval_batch_size")
   repl, shard = parallel.replicated(mesh), parallel.batch_sharding(mesh)
-  state = init_state(probe, spec, tx, fit_cfg.seed, max_length)
-  state = jax.device_put(state, repl)
-  enc_params = parallel.put_replicated(enc_params, mesh)
-  constants = None if constants is None else parallel.put_replicated(constants, mesh)
-  train_step = jax.jit(make_train_step(probe, kind, spec, tx, fit_cfg.seed),
-                       in_shardings=(repl, shard, repl, repl), out_shardings=(repl, repl),
-                       donate_argnums=0)
-  eval_fn = jax.jit(make_eval_step(probe, spec), in_shardings=(repl, shard, repl, repl),
-                    out_shardings=repl)
+  state = jax.device_put(init_state(probe, encoder, tx, cfg.seed, eval_data.max_length), repl)
+  encoder = parallel.put_replicated(encoder, mesh)
+  train_step = jax.jit(make_train_step(probe, tx, cfg.seed), in_shardings=(repl, shard, repl),
+                       out_shardings=(repl, repl), donate_argnums=0)
+  eval_fn = jax.jit(make_eval_step(probe), in_shardings=(repl, shard, repl), out_shardings=repl)
 
+  n = pipeline.num_rows(train_data)
+  steps_per_epoch = pipeline.num_batches(n, cfg.batch_size)
   history: list[dict] = []
-  start_epoch = 0
-  ckpt = ckpt_lib.Checkpointer(ckpt_dir) if ckpt_dir else None
+  epoch, start, epoch_losses = 0, 0, []
+  ckpt = ckpt_lib.Checkpointer(cfg.checkpoint_dir) if cfg.checkpoint_dir else None
   if ckpt is not None and ckpt.latest_step() is not None:
-    state, meta = ckpt.restore(ckpt.latest_step(), state, fingerprint)
-    history, start_epoch = meta["history"], meta["epoch"]
-    logging.info("%s: resumed after epoch %d from %s.", name, start_epoch, ckpt.directory)
+    state, meta = ckpt.restore(ckpt.latest_step(), state, cfg.fingerprint)
+    history, epoch = meta["history"], meta["epoch"]
+    start, epoch_losses = meta.get("step_in_epoch", 0), meta.get("epoch_losses", [])
+    logging.info("%s: resumed after epoch %d%s from %s.", name, epoch,
+                 f", step {start} of epoch {epoch + 1}" if start else "", ckpt.directory)
 
-  n = len(train_data) if not isinstance(train_data, dict) else len(train_data["labels"])
-  steps_per_epoch = pipeline.num_batches(n, fit_cfg.batch_size)
-  log_every = max(1, min(fit_cfg.log_every_steps, steps_per_epoch))
-  prog = Progress(f"{name} train", fit_cfg.epochs * steps_per_epoch, unit="steps",
-                  every=1, start=start_epoch * steps_per_epoch)
-  for epoch in range(start_epoch, fit_cfg.epochs):
-    t0, losses, host_losses = time.perf_counter(), [], []
-    for batch in pipeline.batches(train_data, fit_cfg.batch_size, shuffle=True,
-                                  seed=fit_cfg.seed, epoch=epoch):
+  def save(epoch_done: int, step_in_epoch: int, losses: list[float]) -> None:
+    global_step = epoch_done * steps_per_epoch + step_in_epoch
+    ckpt.save(global_step, state, dict(fingerprint=cfg.fingerprint, epoch=epoch_done,
+                                       step_in_epoch=step_in_epoch, epoch_losses=losses,
+                                       history=history))
+
+  log_every = max(1, min(cfg.log_every_steps, steps_per_epoch))
+  prog = Progress(f"{name} train", cfg.epochs * steps_per_epoch, unit="steps", every=1,
+                  start=epoch * steps_per_epoch + start)
+  logits = None
+  for epoch in range(epoch, cfg.epochs):
+    t0, pending = time.perf_counter(), []
+    host = list(epoch_losses)
+    for i, batch in enumerate(pipeline.batches(train_data, cfg.batch_size, shuffle=True,
+                                               seed=cfg.seed, epoch=epoch, start=start),
+                              start=start):
       state, loss = train_step(state, parallel.put_batch(pipeline.host_slice(batch), mesh),
-                               enc_params, constants)
-      losses.append(loss)
-      if len(losses) % log_every == 0:
-        window = _check_finite(losses[len(host_losses):], name, epoch, len(host_losses), steps_per_epoch)
-        host_losses.extend(window)
+                               encoder)
+      pending.append(loss)
+      done = i + 1
+      stop = preemption.requested()
+      due = ckpt is not None and cfg.checkpoint_every_steps > 0 and (
+          done % cfg.checkpoint_every_steps == 0) and done < steps_per_epoch
+      if len(pending) == log_every or stop or due:
+        window = _check_finite(pending, name, epoch, len(host), steps_per_epoch)
+        host.extend(window)
+        pending = []
         prog.update(len(window), epoch=epoch + 1, loss=float(np.mean(window)))
-    host_losses.extend(_check_finite(losses[len(host_losses):], name, epoch, len(host_losses), steps_per_epoch))
+      if (stop or due) and ckpt is not None:
+        save(epoch, done, host)
+      if stop:
+        raise preemption.Preempted(f"{name}: stopped at step {done} of epoch {epoch + 1}"
+                                   + (" (checkpoint saved)" if ckpt is not None else ""))
+    host.extend(_check_finite(pending, name, epoch, len(host), steps_per_epoch))
+    start, epoch_losses = 0, []
     prog.done = (epoch + 1) * steps_per_epoch
-    logits = predict(eval_fn, state.params, eval_data, enc_params, constants, mesh,
-                     fit_cfg.eval_batch_size)
-    scores = score_fn(logits)
-    record = dict(epoch=epoch + 1, train_loss=float(np.mean(host_losses)),
-                  seconds=time.perf_counter() - t0, **scores)
+    logits = predict(eval_fn, state.params, encoder, eval_data, mesh, cfg.eval_batch_size)
+    record = dict(epoch=epoch + 1, train_loss=float(np.mean(host)),
+                  seconds=time.perf_counter() - t0, **score_fn(logits))
     history.append(record)
-    logging.info("%s: epoch %d/%d %s", name, epoch + 1, fit_cfg.epochs,
+    logging.info("%s: epoch %d/%d %s", name, epoch + 1, cfg.epochs,
                  " ".join(f"{k}={v:.4f}" for k, v in record.items() if isinstance(v, float)))
     if ckpt is not None:
-      ckpt.save(epoch + 1, state, dict(fingerprint=fingerprint, epoch=epoch + 1, history=history))
+      save(epoch + 1, 0, [])
+  if logits is None:  # Every epoch was done before: score the restored state.
+    logits = predict(eval_fn, state.params, encoder, eval_data, mesh, cfg.eval_batch_size)
   if ckpt is not None:
     ckpt.close()
-  return state, history
+  return state, history, logits
 
 
 def _check_finite(losses: list, name: str, epoch: int, offset: int,
                   steps_per_epoch: int) -> list[float]:
   """Host copies of `losses` (steps offset+1.. of the epoch); raises on NaN/Inf."""
+  if not losses:
+    return []
   values = np.asarray(jax.device_get(losses), np.float64).reshape(-1)
   bad = np.flatnonzero(~np.isfinite(values))
   if len(bad):

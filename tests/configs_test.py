@@ -1,4 +1,4 @@
-"""Every shipped config builds and passes the run's static validation."""
+"""Every shipped config builds and validates; the parametrised grid; result-field rules."""
 
 import importlib
 import pathlib
@@ -6,27 +6,61 @@ import pathlib
 import pytest
 
 from configs import base
-from papa_jax import run
+from papa_jax import config_schema
 
-NAMES = sorted(p.stem for p in (pathlib.Path(__file__).parents[1] / "configs").glob("*.py")
+FILES = sorted(p.stem for p in (pathlib.Path(__file__).parents[1] / "configs").glob("*.py")
                if p.stem not in ("__init__", "base"))
 
 
-def test_the_paper_grid_is_shipped():
-  """One config per (model, task) of the paper, each from base.papa_config."""
-  tasks = ("cola", "mnli", "mrpc", "ner", "qnli", "sst2")
-  for model in base.MODELS:
-    for task in tasks:
-      assert f"{model}_{task}" in NAMES
-
-
-@pytest.mark.parametrize("name", NAMES)
-def test_config_builds_and_validates(name):
+@pytest.mark.parametrize("name", FILES)
+def test_config_file_builds_and_validates(name):
   c = importlib.import_module(f"configs.{name}").get_config()
-  run.validate_config(c)
-  model, _, task = name.rpartition("_")
-  if model in base.MODELS:  # A paper config: its model, task and length.
-    assert (c.model.name, c.data.task) == (base.MODELS[model], task)
-    assert c.data.max_length == base.MAX_LENGTH.get(task, 128)
-  if "_effective_" in name:
-    assert c.stage == "effective" and not c.data.papa_layout
+  config_schema.validate(c)
+
+
+@pytest.mark.parametrize("model", sorted(base.MODELS))
+@pytest.mark.parametrize("task", base.TASKS)
+def test_config_papa_grid_cell(model, task):
+  c = importlib.import_module("configs.papa").get_config(f"model={model},task={task}")
+  config_schema.validate(c)
+  assert (c.model.name, c.data.task) == (base.MODELS[model], task)
+  assert c.data.max_length == base.MAX_LENGTH.get(task, 128)
+
+
+def test_config_documented_alias_equals_the_grid_cell():
+  alias = importlib.import_module("configs.bert_sst2").get_config()
+  cell = importlib.import_module("configs.papa").get_config("model=bert,task=sst2")
+  assert alias.to_dict() == cell.to_dict()
+
+
+def test_invalid_config_argument_is_named():
+  with pytest.raises(ValueError, match="Unknown config argument 'modle'"):
+    importlib.import_module("configs.papa").get_config("modle=bert")
+
+
+def test_config_effective_is_an_effective_stage():
+  c = importlib.import_module("configs.effective").get_config("model=minilm,task=sst2")
+  assert c.stage == "effective" and not c.data.papa_layout
+  assert c.model.name == base.EXTRA_MODELS["minilm"]
+
+
+def test_config_result_fields_are_structural():
+  c = base.get_config()
+  assert not config_schema.unclassified_fields(c)
+  fields = config_schema.result_config(c)
+  assert "probe.learning_rate" in fields and "data.max_length" in fields
+  for volatile in ("stage", "overwrite", "run.batch_size", "papa.fractions", "papa.seeds",
+                   "run.distributed.enabled"):
+    assert volatile not in fields
+  c.unlock()
+  c.newgroup = dict(x=1)  # A group the schema does not classify is refused.
+  with pytest.raises(config_schema.ConfigError, match="newgroup"):
+    config_schema.validate(c)
+
+
+def test_config_variants_accept_the_comma_form():
+  c = base.get_config()
+  c.papa.variants = ("effective,raw",)
+  assert config_schema.variants(c) == ("effective", "raw")
+  c.papa.variants = ("effective",)
+  assert config_schema.variants(c) == ("raw", "effective")

@@ -7,20 +7,13 @@ os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+import hypothesis  # noqa: E402
 import pytest  # noqa: E402
 
-from papa_jax import shared  # noqa: E402
+from tests.testing import MINILM, require_shared  # noqa: E402
 
-MINILM = "sentence-transformers/all-MiniLM-L6-v2"
-
-
-def require_shared(*parts: str):
-  """The path under $PAPA_SHARED, or skip the test saying what is missing."""
-  path = shared.shared_dir().joinpath(*parts)
-  if not path.exists():
-    pytest.skip(f"{path} not found: set PAPA_SHARED to the shared data folder "
-                "(see README, Tests).")
-  return path
+hypothesis.settings.register_profile("ci", max_examples=25, deadline=None)
+hypothesis.settings.load_profile("ci")
 
 
 @pytest.fixture(scope="session")

@@ -3,10 +3,10 @@
 import jax
 import numpy as np
 import pytest
-from ml_collections import ConfigDict
-
 from papa_jax import features, metrics, parallel, probes, train
+from papa_jax.attention import AttentionOverride
 from papa_jax.data import preprocess, readers, tasks
+from tests.testing import optimizer_config
 
 
 @pytest.fixture(scope="module")
@@ -22,29 +22,27 @@ def small(minilm_tokenizer, sst2_dir):
 def test_cached_probe_equals_uncached(minilm, small, static, cache_dir, tmp_path):
   task, tr, ev = small
   cfg = minilm.config
-  heads = np.ones((cfg.num_layers, cfg.num_heads), bool) if static else None
-  spec = train.EncoderSpec(cfg, static_heads=heads,
-                           feature_dtype="bfloat16")
-  constants = np.full((cfg.num_layers, cfg.num_heads, 32, 32), 1 / 32, np.float32) if static else None
+  override = None
+  if static:
+    override = AttentionOverride.constant(
+        np.full((cfg.num_layers, cfg.num_heads, 32, 32), 1 / 32, np.float32))
+  encoder = train.FrozenEncoder(minilm.params, override, cfg, feature_dtype="bfloat16")
   mesh = parallel.make_mesh(-1)
-  opt = ConfigDict(dict(learning_rate=1e-3, adam_b1=0.9, adam_b2=0.999, adam_eps=1e-8,
-                        weight_decay=0.0, grad_clip_norm=1.0))
   fit_cfg = train.FitConfig(epochs=3, batch_size=16, eval_batch_size=16, seed=42)
   score = lambda logits: metrics.task_scores(task, logits, ev.labels)
 
   def fit(train_data, eval_data):
     probe = probes.SentenceProbe(2, cfg.hidden_size, 0.1)
-    return train.fit(name="t", probe=probe, kind="classification", spec=spec,
-                     tx=train.make_optimizer(opt), fit_cfg=fit_cfg, train_data=train_data,
-                     eval_data=eval_data, enc_params=minilm.params, constants=constants,
-                     mesh=mesh, score_fn=score, ckpt_dir=None, fingerprint="x", max_length=32)
+    state, hist, _ = train.fit("t", probe, encoder, train.make_optimizer(optimizer_config()),
+                               fit_cfg, train_data, eval_data, score, mesh)
+    return state, hist
 
   state_u, hist_u = fit(tr, ev)
   path = lambda s: str(tmp_path / f"{s}.npy") if cache_dir else ""
-  ftr = features.compute(spec, minilm.params, constants, tr, mesh, 16, path("train"))
-  fev = features.compute(spec, minilm.params, constants, ev, mesh, 16, path("eval"))
-  assert ftr["features"].shape == (80, 7, 32, 384)
-  assert str(ftr["features"].dtype) == "bfloat16"
+  ftr = features.compute(encoder, tr, mesh, 16, path("train"))
+  fev = features.compute(encoder, ev, mesh, 16, path("eval"))
+  assert ftr.features.shape == (80, 7, 32, 384)
+  assert str(ftr.features.dtype) == "bfloat16"
   state_c, hist_c = fit(ftr, fev)
   for a, b in zip(hist_u, hist_c):
     assert a["accuracy"] == pytest.approx(b["accuracy"], abs=1 / 40 + 1e-9)  # <= 1 example.
@@ -56,6 +54,6 @@ def test_cached_probe_equals_uncached(minilm, small, static, cache_dir, tmp_path
 def test_invalid_cache_over_budget_is_refused():
   n = features.cache_bytes(67349, 13, 64, 768, "bfloat16")
   assert n == 67349 * 13 * 64 * 768 * 2
-  with pytest.raises(features.CacheTooLarge, match=r"needs 80.1. GiB, over the budget probe.cache_max_gb=8"):
+  with pytest.raises(features.CacheTooLarge, match=r"needs 80.1. GiB, over the budget run.cache_max_gb=8"):
     features.check_budget(n, 8.0, "SST-2 train")
   features.check_budget(n, 100.0, "SST-2 train")

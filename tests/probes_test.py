@@ -4,10 +4,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from ml_collections import ConfigDict
-
 from papa_jax import parallel, probes, train
+from papa_jax.attention import AttentionOverride
 from papa_jax.data import pipeline, preprocess, readers, tasks
+from tests.testing import optimizer_config
 
 
 @pytest.mark.parametrize("k,d,batch", [(13, 768, 3), (25, 1024, 1)])
@@ -51,39 +51,48 @@ def _count(jaxpr, name="dot_general") -> int:
   return n
 
 
-def _probe_cfg(**kw):
-  return ConfigDict(dict(dict(learning_rate=1e-3, adam_b1=0.9, adam_b2=0.999, adam_eps=1e-8,
-                              weight_decay=0.0, grad_clip_norm=1.0), **kw))
+def _batch(L: int, n: int = 4) -> dict:
+  ids = jnp.ones((n, L), jnp.int32)
+  return dict(input_ids=ids, attention_mask=jnp.ones_like(ids), token_type_ids=jnp.zeros_like(ids),
+              labels=jnp.zeros(n, jnp.int32), valid=jnp.ones(n, bool))
 
 
 @pytest.mark.parametrize("static", [False, True])
 def test_probe_step_has_no_backward_pass_through_encoder(minilm, static):
-  cfg = minilm.config
-  L = 16
-  heads = np.ones((cfg.num_layers, cfg.num_heads), bool) if static else None
-  spec = train.EncoderSpec(cfg, static_heads=heads)
-  probe = probes.SentenceProbe(2, cfg.hidden_size, 0.1)
-  tx = train.make_optimizer(_probe_cfg())
-  state = train.init_state(probe, spec, tx, 0, L)
-  ids = jnp.ones((4, L), jnp.int32)
-  batch = dict(input_ids=ids, attention_mask=jnp.ones_like(ids), token_type_ids=jnp.zeros_like(ids),
-               labels=jnp.zeros(4, jnp.int32), valid=jnp.ones(4, bool))
+  """The step's dot_generals are the encoder's forward ones plus the probe's, exactly."""
+  cfg, L = minilm.config, 16
   constants = jnp.full((cfg.num_layers, cfg.num_heads, L, L), 1 / L)
-  step = train.make_train_step(probe, "classification", spec, tx, 0)
-  full = _count(jax.make_jaxpr(step)(state, batch, minilm.params, constants).jaxpr)
-  encoder = _count(jax.make_jaxpr(
-      lambda p, b, c: spec.features(p, c, None, b, train=True))(minilm.params, batch, constants).jaxpr)
+  encoder = train.FrozenEncoder(minilm.params,
+                                AttentionOverride.constant(constants) if static else None, cfg)
+  probe = probes.SentenceProbe(2, cfg.hidden_size, 0.1)
+  tx = train.make_optimizer(optimizer_config())
+  state = train.init_state(probe, encoder, tx, 0, L)
+  batch = _batch(L)
+  step = train.make_train_step(probe, tx, 0)
+  full = _count(jax.make_jaxpr(step)(state, batch, encoder).jaxpr)
+  forward = _count(jax.make_jaxpr(
+      lambda e, b: e.features(b, train=True, rng=jax.random.key(0)))(encoder, batch).jaxpr)
   feats = dict(batch, features=jnp.ones((4, cfg.num_hidden_states, L, cfg.hidden_size)))
-  probe_only = _count(jax.make_jaxpr(step)(state, feats, minilm.params, constants).jaxpr)
-  assert encoder >= cfg.num_layers * 4
-  assert full == encoder + probe_only  # The encoder appears forward only.
+  probe_only = _count(jax.make_jaxpr(step)(state, feats, encoder).jaxpr)
+  assert forward >= cfg.num_layers * (2 if static else 4)
+  assert full == forward + probe_only  # The encoder appears forward only.
+
+  # The counter sees a backward pass when there is one: differentiating the
+  # same loss with respect to the encoder's weights adds their gradients.
+  def leaky(params):
+    e = train.FrozenEncoder(params, encoder.override, cfg)
+    return jnp.sum(e.features(batch, train=False).astype(jnp.float32))
+  leaked = _count(jax.make_jaxpr(jax.grad(leaky))(minilm.params).jaxpr)
+  assert leaked > forward + cfg.num_layers * 4
+
   # Gated (sorting) steps do differentiate through the encoder, for the gates.
-  gspec = train.EncoderSpec(cfg, gated=True)
-  gtx = train.make_optimizer(_probe_cfg(), gate_learning_rate=1e-2)
-  gstate = train.init_state(probe, gspec, gtx, 0, L)
-  gstep = train.make_train_step(probe, "classification", gspec, gtx, 0)
-  gated = _count(jax.make_jaxpr(gstep)(gstate, batch, minilm.params, constants).jaxpr)
-  assert gated > encoder + probe_only + cfg.num_layers * 4
+  gated = train.FrozenEncoder(minilm.params,
+                              AttentionOverride.gated(constants, jnp.zeros(constants.shape[:2])),
+                              cfg)
+  gtx = train.make_optimizer(optimizer_config(), gate_learning_rate=1e-2)
+  gstate = train.init_state(probe, gated, gtx, 0, L)
+  gcount = _count(jax.make_jaxpr(train.make_train_step(probe, gtx, 0))(gstate, batch, gated).jaxpr)
+  assert gcount > forward + probe_only + cfg.num_layers * 4
 
 
 def test_probe_loss_decreases_on_real_data_all_heads_static(minilm, minilm_tokenizer, sst2_dir):
@@ -91,18 +100,17 @@ def test_probe_loss_decreases_on_real_data_all_heads_static(minilm, minilm_token
   recs = list(readers.read_split(task, str(sst2_dir), "validation"))[:64]
   data = preprocess.encode(task, recs, minilm_tokenizer, 32)
   cfg = minilm.config
-  heads = np.ones((cfg.num_layers, cfg.num_heads), bool)
-  spec = train.EncoderSpec(cfg, static_heads=heads)
   constants = jnp.full((cfg.num_layers, cfg.num_heads, 32, 32), 1 / 32)
+  encoder = train.FrozenEncoder(minilm.params, AttentionOverride.constant(constants), cfg)
   probe = probes.SentenceProbe(2, cfg.hidden_size, 0.0)
-  tx = train.make_optimizer(_probe_cfg())
-  state = train.init_state(probe, spec, tx, 0, 32)
-  step = jax.jit(train.make_train_step(probe, "classification", spec, tx, 0))
+  tx = train.make_optimizer(optimizer_config())
+  state = train.init_state(probe, encoder, tx, 0, 32)
+  step = jax.jit(train.make_train_step(probe, tx, 0))
   mesh = parallel.make_mesh(1)
   losses = []
   for epoch in range(4):
     for b in pipeline.batches(data, 16, shuffle=True, seed=0, epoch=epoch):
-      state, loss = step(state, parallel.put_batch(b, mesh), minilm.params, constants)
+      state, loss = step(state, parallel.put_batch(b, mesh), encoder)
       losses.append(float(loss))
   assert np.mean(losses[-4:]) < 0.8 * np.mean(losses[:4]), losses
 
@@ -134,17 +142,15 @@ def test_shard_probe_training_8_devices_equals_1(minilm, minilm_tokenizer, sst2_
   recs = list(readers.read_split(task, str(sst2_dir), "validation"))[:40]
   data = preprocess.encode(task, recs, minilm_tokenizer, 16)
   cfg = minilm.config
-  spec = train.EncoderSpec(cfg, dropout=True)
+  encoder = train.FrozenEncoder(minilm.params, None, cfg, dropout=True)
   fit_cfg = train.FitConfig(epochs=1, batch_size=16, eval_batch_size=16, seed=0)
   out = []
   for n in (1, 8):
-    state, hist = train.fit(
-        name=f"dp{n}", probe=probes.SentenceProbe(2, cfg.hidden_size, 0.1),
-        kind="classification", spec=spec, tx=train.make_optimizer(_probe_cfg()),
-        fit_cfg=fit_cfg, train_data=data, eval_data=data, enc_params=minilm.params,
-        constants=None, mesh=parallel.make_mesh(n),
-        score_fn=lambda logits: {"acc": float((logits.argmax(-1) == data.labels).mean())},
-        ckpt_dir=None, fingerprint="x", max_length=16)
+    state, hist, _ = train.fit(
+        f"dp{n}", probes.SentenceProbe(2, cfg.hidden_size, 0.1), encoder,
+        train.make_optimizer(optimizer_config()), fit_cfg, data, data,
+        lambda logits: {"acc": float((logits.argmax(-1) == data.labels).mean())},
+        parallel.make_mesh(n))
     out.append((jax.tree.map(np.asarray, state.params), hist))
   (p1, h1), (p8, h8) = out
   assert h1[0]["train_loss"] == pytest.approx(h8[0]["train_loss"], rel=1e-5)

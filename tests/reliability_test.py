@@ -14,7 +14,7 @@ import time
 import numpy as np
 import pytest
 
-from tests.conftest import require_shared
+from tests.testing import require_shared
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MAIN = os.path.join(ROOT, "launch", "main.py")
@@ -23,14 +23,14 @@ MAIN = os.path.join(ROOT, "launch", "main.py")
 def _args(workdir, tfds_dir, extra=()):
   """A quickstart-sized run small enough for CI, slow enough to kill mid-stage."""
   return [sys.executable, MAIN, "--config=" + os.path.join(ROOT, "configs", "quickstart.py"),
-          f"--workdir={workdir}", f"--config.data.tfds_dir={tfds_dir}",
+          f"--workdir={workdir}",
           f"--config.data.data_dir={require_shared('data', 'sst2')}",
           "--config.data.max_length=32", "--config.data.max_train_examples=480",
-          "--config.data.max_eval_examples=64", "--config.means.batch_size=16",
-          "--config.means.checkpoint_every_batches=3", "--config.papa.fractions=(0.0,1.0)",
+          "--config.data.max_eval_examples=64", "--config.run.batch_size=16",
+          "--config.run.checkpoint_every_batches=3", "--config.papa.fractions=(0.0,1.0)",
           "--config.probe.cache_features=False", "--config.probe.encoder_dropout=True",
           "--config.probe.feature_dtype=float32", "--config.probe.epochs=3",
-          "--config.log_every_steps=10", *extra]
+          "--config.run.log_every_steps=10", *extra]
 
 
 def _env(devices=1):
@@ -85,7 +85,7 @@ def test_determinism_same_config_twice_gives_identical_results(reference):
   assert rows_a == rows_b  # Scores identical, not merely close.
   np.testing.assert_array_equal(np.load(wd / "means" / "means_raw.npz")["sums"],
                                 np.load(again / "means" / "means_raw.npz")["sums"])
-  assert res["seed"] == 42 and res["config"]["probe"]["seed"] == 42
+  assert res["seeds"] == [42] and res["config"]["papa"]["seeds"] == [42]
   assert "jax" in res["versions"] and "flax" in res["versions"]
   assert "git_revision" in res
 
@@ -99,10 +99,10 @@ def test_resume_after_sigkill_in_means_and_in_training(reference):
   assert rc == -signal.SIGKILL
   assert not (killed / "means" / "means_raw.npz").exists()
   # 2. Rerun, killed during probe training after an epoch's checkpoint.
-  rc = _kill_when(args, str(killed / "probe" / "raw_k0" / "checkpoints" / "1"))
-  assert rc == -signal.SIGKILL
+  rc = _kill_when(args, str(killed / "probe" / "raw_k0_s42" / "checkpoints" / "30"))
+  assert rc == -signal.SIGKILL  # After epoch 1 (30 steps of batch 16).
   assert (killed / "means" / "means_raw.npz").exists()
-  assert not (killed / "probe" / "raw_k0" / "result.json").exists()
+  assert not (killed / "probe" / "raw_k0_s42" / "result.json").exists()
   # 3. Rerun to the end: same means and scores as the uninterrupted run.
   out = _run(args)
   assert "resumed after epoch" in out.stderr
@@ -123,25 +123,56 @@ def test_multiprocess_means_equal_single_process(reference):
   """Two JAX processes (gloo on localhost), each reading its own data shard."""
   tmp, wd = reference
   multi = tmp / "multi"
-  port = _free_port()
-  procs = []
-  for pid in range(2):
-    extra = ["--config.stage=means", "--config.distributed.enabled=True",
-             f"--config.distributed.coordinator_address=localhost:{port}",
-             "--config.distributed.num_processes=2", f"--config.distributed.process_id={pid}",
-             "--config.distributed.cpu_collectives=gloo"]
-    procs.append(subprocess.Popen(_args(str(multi), str(tmp / "tfds"), extra),
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                  env=_env(devices=1)))
-  for p in procs:
-    _, err = p.communicate(timeout=600)
-    assert p.returncode == 0, err[-4000:]
-  assert "Process 1 of 2" in err
+  _run_two_processes(lambda pid, port: _args(str(multi), str(tmp / "tfds"),
+                                             ["--config.stage=means", *_distributed(port, pid)]))
   ref = np.load(wd / "means" / "means_raw.npz")
   got = np.load(multi / "means" / "means_raw.npz")
   assert json.loads(str(got["metadata"]))["num_examples"] == 480
   np.testing.assert_array_equal(ref["counts"], got["counts"])
   assert np.abs(ref["avgs"] - got["avgs"]).max() <= 1e-6
+
+
+def _distributed(port: int, pid: int, n: int = 2) -> list[str]:
+  return ["--config.run.distributed.enabled=True",
+          f"--config.run.distributed.coordinator_address=localhost:{port}",
+          f"--config.run.distributed.num_processes={n}",
+          f"--config.run.distributed.process_id={pid}",
+          "--config.run.distributed.cpu_collectives=gloo"]
+
+
+def _run_two_processes(make_args) -> str:
+  """Runs `make_args(pid, port)` as two JAX processes; returns process 1's log."""
+  port = _free_port()
+  procs = [subprocess.Popen(make_args(pid, port), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=_env(devices=1)) for pid in range(2)]
+  errs = []
+  for p in procs:
+    _, err = p.communicate(timeout=900)
+    assert p.returncode == 0, err[-4000:]
+    errs.append(err)
+  assert "Process 1 of 2" in errs[1]
+  return errs[1]
+
+
+def test_multiprocess_effective_stage_equals_single_process(tmp_path, minilm):
+  """Same statistics and example counts from two processes as from one."""
+  del minilm
+
+  def args(workdir, extra=()):
+    return [sys.executable, MAIN,
+            "--config=" + os.path.join(ROOT, "configs", "effective.py") + ":model=minilm",
+            f"--workdir={workdir}", f"--config.data.data_dir={require_shared('data', 'sst2')}",
+            "--config.effective.max_examples=20", "--config.run.batch_size=8", *extra]
+
+  _run(args(tmp_path / "one"))
+  _run_two_processes(lambda pid, port: args(tmp_path / "two", _distributed(port, pid)))
+  one = json.load(open(tmp_path / "one" / "effective" / "stats.json"))
+  two = json.load(open(tmp_path / "two" / "effective" / "stats.json"))
+  assert one["summary"]["examples"] == two["summary"]["examples"] == 20
+  assert one["count/long"] == two["count/long"] and one["count/all"] == two["count/all"] == 20
+  for key in ("mass_raw/all", "mass_eff/all", "js/all", "corr/all", "null_ratio/all"):
+    np.testing.assert_allclose(np.asarray(two[key], float), np.asarray(one[key], float),
+                               atol=2e-5, err_msg=key)
 
 
 @pytest.mark.parametrize("flag,message", [

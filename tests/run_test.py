@@ -7,36 +7,10 @@ import shutil
 import numpy as np
 import pytest
 
-from configs import quickstart
 from papa_jax import run
 from papa_jax.data import DataError
 from papa_jax.papa import means as means_lib
-from tests.conftest import require_shared
-
-
-def tiny_config(tmp_path, **overrides):
-  c = quickstart.get_config()
-  c.data.data_dir = str(require_shared("data", "sst2"))
-  c.data.tfds_dir = str(tmp_path / "tfds")
-  c.data.max_length = 32
-  c.data.max_train_examples = 48
-  c.data.max_eval_examples = 32
-  c.means.batch_size = 16
-  c.papa.fractions = (0.0, 0.5, 1.0)
-  c.probe.epochs = 2
-  c.probe.cache_features = False
-  c.probe.encoder_dropout = True
-  c.probe.feature_dtype = "float32"
-  c.sort.epochs = 1
-  c.sort.max_train_examples = -1
-  c.log_every_steps = 2
-  for k, v in overrides.items():
-    node = c
-    *parents, leaf = k.split(".")
-    for p in parents:
-      node = node[p]
-    node[leaf] = v
-  return c
+from tests.testing import require_shared, tiny_config
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +29,7 @@ def test_run_end_to_end_writes_readable_results(finished):
                "means/means_raw.npz", "sort/sorted_heads.json", "sort/lambdas.npy"):
     assert os.path.exists(os.path.join(wd, name)), name
   res = json.load(open(os.path.join(wd, "results.json")))
-  assert res["seed"] == 42 and "jax" in res["versions"] and "config" in res
+  assert res["seeds"] == [42] and "jax" in res["versions"] and "config" in res
   assert {r["static_heads"] for r in res["rows"]} == {0, 36, 72}
   assert res["summary"][0]["baseline"] == rows[0]["score"]
   assert all(0.0 <= r["score"] <= 1.0 and r["examples"] == 48 for r in res["rows"])
@@ -66,6 +40,19 @@ def test_run_end_to_end_writes_readable_results(finished):
   assert sorted(map(tuple, ranking)) == [(l, h) for l in range(6) for h in range(12)]
   assert lam.reshape(-1)[ranking[0][0] * 12 + ranking[0][1]] == lam.min()
   assert "| raw | 36/72 |" in open(os.path.join(wd, "results.md")).read()
+
+
+def test_run_results_load_back_through_the_api(finished):
+  import papa_jax as pj
+  _, wd, rows = finished
+  res = pj.load_results(wd)
+  assert [r["score"] for r in res["rows"]] == [r["score"] for r in rows]
+  assert res["means"]["raw"].avgs.shape == (6, 12, 32, 32)
+  assert len(res["ranking"]) == 72 and res["lambdas"].shape == (6, 12)
+  pred = np.load(os.path.join(wd, "probe", "raw_k0_s42", "predictions.npz"))
+  assert pred["predictions"].shape == pred["labels"].shape == (32,)
+  acc = float((pred["predictions"] == pred["labels"]).mean())
+  assert acc == pytest.approx(rows[0]["score"])  # The saved predictions give the score.
 
 
 def test_run_rerun_reuses_finished_work(finished):
@@ -127,7 +114,7 @@ def test_invalid_config_values_fail_fast(tmp_path):
   with pytest.raises(run.ConfigError, match="stage="):
     run.run(tiny_config(tmp_path, stage="everything"), str(tmp_path / "d"))
   with pytest.raises(run.ConfigError, match="papa.variants"):
-    run.run(tiny_config(tmp_path, **{"papa.variants": "raw,fancy"}), str(tmp_path / "e"))
+    run.run(tiny_config(tmp_path, **{"papa.variants": ("raw", "fancy")}), str(tmp_path / "e"))
 
 
 def test_run_end_to_end_ner_token_tagging(tmp_path, minilm):

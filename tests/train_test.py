@@ -7,11 +7,12 @@ import pytest
 from ml_collections import ConfigDict
 
 from papa_jax import data as data_lib
-from papa_jax import parallel, probes, train
+from papa_jax import features, parallel, probes, train
 from papa_jax.data import pipeline
 from papa_jax.models.config import EncoderConfig
+from tests.testing import optimizer_config
 
-TINY = EncoderConfig(family="bert", vocab_size=50, hidden_size=8, num_layers=1, num_heads=2,
+TINY = EncoderConfig(vocab_size=50, hidden_size=8, num_layers=1, num_heads=2,
                      intermediate_size=8, max_position_embeddings=16)
 
 
@@ -21,24 +22,20 @@ def test_invalid_nonfinite_loss_stops_naming_the_step():
   feats = rng.normal(size=(n, TINY.num_hidden_states, L, 8)).astype(np.float32)
   bad = 37
   feats[bad] = np.inf
-  data = dict(features=feats, attention_mask=np.ones((n, L), np.int32),
-              labels=rng.integers(0, 2, n).astype(np.int32))
+  data = features.Features(feats, np.ones((n, L), np.int32),
+                           rng.integers(0, 2, n).astype(np.int32))
   order = pipeline.epoch_order(n, shuffle=True, seed=3, epoch=0)
   step = int(np.flatnonzero(order == bad)[0]) // 8 + 1
-  opt = ConfigDict(dict(learning_rate=1e-3, adam_b1=0.9, adam_b2=0.999, adam_eps=1e-8,
-                        weight_decay=0.0, grad_clip_norm=1.0))
   with pytest.raises(FloatingPointError, match=rf"at step {step} \(step {step} of epoch 1\)"):
-    train.fit(name="nan", probe=probes.SentenceProbe(2, 8, 0.0), kind="classification",
-              spec=train.EncoderSpec(TINY), tx=train.make_optimizer(opt),
-              fit_cfg=train.FitConfig(epochs=2, batch_size=8, eval_batch_size=8, seed=3,
-                                      log_every_steps=3),
-              train_data=data, eval_data=data, enc_params=None, constants=None,
-              mesh=parallel.make_mesh(1), score_fn=lambda x: {}, ckpt_dir=None,
-              fingerprint="x", max_length=L)
+    train.fit("nan", probes.SentenceProbe(2, 8, 0.0), train.FrozenEncoder(None, None, TINY),
+              train.make_optimizer(optimizer_config()),
+              train.FitConfig(epochs=2, batch_size=8, eval_batch_size=8, seed=3,
+                              log_every_steps=3),
+              data, data, lambda x: {}, parallel.make_mesh(1))
 
 
 def test_long_sequences_are_truncated_and_counted(minilm_tokenizer, sst2_dir, caplog, tmp_path):
-  cfg = ConfigDict(dict(task="sst2", source="local", data_dir=str(sst2_dir), tfds_dir=str(tmp_path),
+  cfg = ConfigDict(dict(task="sst2", source="local", data_dir=str(sst2_dir),
                         max_length=8, papa_layout=False, faithful_segment_ids=True,
                         subsample_seed=0, skip_malformed=False))
   with caplog.at_level(logging.INFO):

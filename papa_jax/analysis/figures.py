@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import io
+
 import numpy as np
 
+from papa_jax import workdir
 from papa_jax.analysis.stats import CATEGORIES
 
 
-def _plt():
+def pyplot():
+  """matplotlib.pyplot on the Agg backend (no display needed)."""
   import matplotlib  # pylint: disable=import-outside-toplevel
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
@@ -24,16 +28,25 @@ def _heatmap(fig, ax, values: np.ndarray, title: str, **imshow) -> None:
   fig.colorbar(im, ax=ax, fraction=0.046)
 
 
-def _save(fig, plt, path: str, title: str) -> None:
-  fig.suptitle(title, fontsize=9)
+def save_figure(fig, path: str) -> None:
+  """Saves and closes `fig` as a PNG, atomically."""
+  import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
   fig.tight_layout()
-  fig.savefig(path)
+  buf = io.BytesIO()
+  fig.savefig(buf, format="png")
   plt.close(fig)
+  with workdir.atomic_write(path, "wb") as f:
+    f.write(buf.getvalue())
+
+
+def _save(fig, path: str, title: str) -> None:
+  fig.suptitle(title, fontsize=9)
+  save_figure(fig, path)
 
 
 def mass_heatmaps(mass_raw: np.ndarray, mass_eff: np.ndarray, path: str, title: str) -> None:
   """Layer x head heatmaps of attention mass per category, raw beside effective."""
-  plt = _plt()
+  plt = pyplot()
   cats = len(CATEGORIES)
   fig, axes = plt.subplots(2, cats, figsize=(3.1 * cats, 5.6), dpi=120, squeeze=False)
   for c, name in enumerate(CATEGORIES):
@@ -42,24 +55,24 @@ def mass_heatmaps(mass_raw: np.ndarray, mass_eff: np.ndarray, path: str, title: 
     for r, (label, m) in enumerate((("raw", mass_raw), ("effective", mass_eff))):
       _heatmap(fig, axes[r, c], m[..., c], f"{label}: mass on {name.upper()}",
                vmin=lo, vmax=hi, cmap="viridis")
-  _save(fig, plt, path, title)
+  _save(fig, path, title)
 
 
 def agreement_heatmaps(stats: dict, path: str, title: str) -> None:
   """JS divergence, correlation and relative null norm per (layer, head)."""
-  plt = _plt()
+  plt = pyplot()
   panels = (("js", "JS(raw, clipped effective)"), ("corr", "corr(A, A_eff)"),
             ("null_ratio", "||A_null|| / ||A||"))
   fig, axes = plt.subplots(1, 3, figsize=(10, 3.2), dpi=120)
   for ax, (key, label) in zip(axes, panels):
     _heatmap(fig, ax, stats[key], label, cmap="magma")
-  _save(fig, plt, path, title)
+  _save(fig, path, title)
 
 
 def attention_maps(raw: np.ndarray, eff: np.ndarray, tokens: list[str], path: str,
                    title: str) -> None:
   """One example's attention map, raw beside effective (same signed colour scale)."""
-  plt = _plt()
+  plt = pyplot()
   n = len(tokens)
   size = max(5.0, 0.16 * n)
   fig, axes = plt.subplots(1, 3, figsize=(3 * size * 0.75, size * 0.8), dpi=110)
@@ -73,4 +86,4 @@ def attention_maps(raw: np.ndarray, eff: np.ndarray, tokens: list[str], path: st
     ax.set_xticklabels(tokens, rotation=90, fontsize=max(3, 7 - n // 20))
     ax.set_yticklabels(tokens, fontsize=max(3, 7 - n // 20))
     fig.colorbar(im, ax=ax, fraction=0.046)
-  _save(fig, plt, path, title)
+  _save(fig, path, title)

@@ -8,17 +8,14 @@ summary), `stats.csv` (one row per head), `mass_heatmaps.png`,
 from __future__ import annotations
 
 import csv
+import io
 import os
 
-import jax
 import numpy as np
 from absl import logging
 
-from papa_jax import convert, parallel, results
-from papa_jax import data as data_lib
+from papa_jax import parallel, workdir
 from papa_jax.analysis import effective, figures, stats
-from papa_jax.data import pipeline
-from papa_jax.progress import Progress
 
 
 def _pick_example(mask: np.ndarray, head_dim: int, index: int) -> int:
@@ -29,47 +26,39 @@ def _pick_example(mask: np.ndarray, head_dim: int, index: int) -> int:
   return int(mask.sum(1).argmax())
 
 
-def run(config, workdir: str) -> dict:
-  e = config.effective
-  task = data_lib.get_task(config.data.task)
-  data_lib.check_files(config.data, (e.split,))
-  model = convert.load_pretrained(config.model.name)
-  mc = model.config
-  if config.data.max_length > mc.max_length:
-    raise ValueError(f"data.max_length={config.data.max_length} exceeds the model's "
-                     f"{mc.max_length} positions.")
-  for name, v, hi in (("effective.figure_layer", e.figure_layer, mc.num_layers),
-                      ("effective.figure_head", e.figure_head, mc.num_heads)):
-    if not -1 <= v < hi:
-      raise ValueError(f"{name}={v} does not exist in this model ({hi} of them; -1 picks "
-                       "the head with the largest null part).")
-  tokenizer = model.tokenizer()
-  mesh = parallel.make_mesh(config.mesh.num_devices)
-  parallel.check_batch_size(e.batch_size, mesh, "effective.batch_size")
-  data = data_lib.load_split(config.data, e.split, tokenizer, mc.type_vocab_size, e.max_examples)
-  if e.min_valid_tokens > 0:
-    data = data.take(np.flatnonzero(data.attention_mask.sum(1) > e.min_valid_tokens))
-    if not len(data):
-      raise ValueError(f"No {e.split} example has more than {e.min_valid_tokens} tokens.")
-  arrays = dict(data.arrays(), categories=stats.category_ids(data.input_ids,
-                                                             data.attention_mask, tokenizer))
+def _stats_csv(st: dict, num_layers: int, num_heads: int) -> str:
+  out = io.StringIO()
+  w = csv.writer(out)
+  cols = [f"mass_{k}_{c}" for k in ("raw", "eff") for c in stats.CATEGORIES]
+  w.writerow(["subset", "layer", "head"] + cols + ["js", "corr", "null_ratio", "rank"])
+  for sub in ("all", "long"):
+    for l in range(num_layers):
+      for h in range(num_heads):
+        mass = np.concatenate([st[f"mass_raw/{sub}"][l, h], st[f"mass_eff/{sub}"][l, h]])
+        w.writerow([sub, l, h] + [f"{x:.6g}" for x in mass] + [
+            f"{st[f'{k}/{sub}'][l, h]:.6g}" for k in ("js", "corr", "null_ratio", "rank")])
+  return out.getvalue()
+
+
+def run(setup) -> dict:
+  """The `effective` stage on a `run.Setup` (its split: `setup.effective_data`)."""
+  config, e, mc = setup.config, setup.config.effective, setup.model.config
+  data = setup.effective_data
+  arrays = dict(data.arrays(), categories=stats.category_ids(
+      data.input_ids, data.attention_mask, setup.tokenizer))
   rtol = e.rtol if e.rtol > 0 else None
-  fn = parallel.sharded_sum(stats.make_batch_stats(mc, rtol), mesh)
-  params = parallel.put_replicated(model.params, mesh)
+  fn = parallel.sharded_sum(stats.make_batch_stats(mc, rtol), setup.mesh)
+  params = parallel.put_replicated(setup.model.params, setup.mesh)
   sums: dict[str, np.ndarray] = {}
-  prog = Progress("effective", len(data), every=10)
-  for batch in pipeline.batches(arrays, e.batch_size):
-    out = jax.device_get(fn(params, parallel.put_batch(batch, mesh)))
+  for _, out, _ in parallel.map_batches(lambda b: fn(params, b), arrays,
+                                        batch_size=config.run.batch_size, mesh=setup.mesh,
+                                        desc="effective", every=10):
     for k, v in out.items():
       sums[k] = sums.get(k, 0.0) + np.asarray(v, np.float64)
-    prog.update(int(batch["valid"].sum()))
   st = stats.finalize(sums)
-
-  out_dir = os.path.join(workdir, "effective")
-  os.makedirs(out_dir, exist_ok=True)
   n_all, n_long = st["count/all"], st["count/long"]
-  summary = dict(model=config.model.name, task=task.name, split=e.split, examples=int(n_all),
-                 long_examples=int(n_long), head_dim=mc.dim_per_head,
+  summary = dict(model=config.model.name, task=setup.task.name, split=e.split,
+                 examples=int(n_all), long_examples=int(n_long), head_dim=mc.dim_per_head,
                  fraction_longer_than_head_dim=n_long / n_all if n_all else 0.0,
                  max_length=config.data.max_length, papa_layout=config.data.papa_layout)
   subset = "long" if n_long else "all"
@@ -77,27 +66,24 @@ def run(config, workdir: str) -> dict:
     summary[f"mean_{k}_{subset}"] = float(np.nanmean(st[f"{k}/{subset}"]))
   for c, name in enumerate(stats.CATEGORIES):
     for kind in ("raw", "eff"):
-      summary[f"mean_mass_{kind}_{name}_{subset}"] = float(np.nanmean(st[f"mass_{kind}/{subset}"][..., c]))
-  results.write_json(os.path.join(out_dir, "stats.json"), dict(
-      summary=summary, categories=list(stats.CATEGORIES),
+      summary[f"mean_mass_{kind}_{name}_{subset}"] = float(
+          np.nanmean(st[f"mass_{kind}/{subset}"][..., c]))
+  if not parallel.is_main_process():
+    return summary
+  out_dir = setup.path("effective")
+  workdir.write_json(os.path.join(out_dir, "stats.json"), dict(
+      summary=summary, categories=list(stats.CATEGORIES), **workdir.provenance(),
       **{k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in st.items()}))
-  with open(os.path.join(out_dir, "stats.csv"), "w", newline="") as f:
-    w = csv.writer(f)
-    cols = [f"mass_{k}_{c}" for k in ("raw", "eff") for c in stats.CATEGORIES]
-    w.writerow(["subset", "layer", "head"] + cols + ["js", "corr", "null_ratio", "rank"])
-    for sub in ("all", "long"):
-      for l in range(mc.num_layers):
-        for h in range(mc.num_heads):
-          w.writerow([sub, l, h] + [f"{x:.6g}" for x in np.concatenate(
-              [st[f"mass_raw/{sub}"][l, h], st[f"mass_eff/{sub}"][l, h]])]
-                     + [f"{st[f'{k}/{sub}'][l, h]:.6g}" for k in ("js", "corr", "null_ratio", "rank")])
-
-  label = f"{config.model.name} / {task.name} {e.split} ({subset}: {int(st['count/' + subset])} examples)"
+  with workdir.atomic_write(os.path.join(out_dir, "stats.csv"), newline="") as f:
+    f.write(_stats_csv(st, mc.num_layers, mc.num_heads))
+  label = (f"{config.model.name} / {setup.task.name} {e.split} "
+           f"({subset}: {int(st['count/' + subset])} examples)")
   figures.mass_heatmaps(st[f"mass_raw/{subset}"], st[f"mass_eff/{subset}"],
                         os.path.join(out_dir, "mass_heatmaps.png"), label)
   figures.agreement_heatmaps({k: st[f"{k}/{subset}"] for k in ("js", "corr", "null_ratio")},
                              os.path.join(out_dir, "agreement_heatmaps.png"), label)
-  _example_figure(model, tokenizer, data, st, subset, e, os.path.join(out_dir, "example_attention.png"))
+  _example_figure(setup.model, setup.tokenizer, data, st, subset, e,
+                  os.path.join(out_dir, "example_attention.png"))
   logging.info("effective: %d examples (%d longer than head dim %d) -> %s", n_all, n_long,
                mc.dim_per_head, out_dir)
   return summary

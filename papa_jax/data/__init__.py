@@ -14,7 +14,8 @@ from papa_jax.data.readers import DataError
 from papa_jax.data.tasks import TASKS, Task, get_task
 
 __all__ = ["IGNORE", "TASKS", "DataError", "Encoded", "Task", "get_task",
-           "data_dir", "load_records", "load_split", "check_files"]
+           "data_dir", "load_records", "load_split", "check_files", "subsample",
+           "subsample_indices"]
 
 
 def data_dir(data_cfg) -> str:
@@ -24,7 +25,8 @@ def data_dir(data_cfg) -> str:
 
 
 def tfds_dir(data_cfg) -> str:
-  return data_cfg.tfds_dir or os.path.join(
+  """Where TFDS data is prepared: `$PAPA_CACHE/tfds` (default ~/.cache/papa_jax/tfds)."""
+  return data_cfg.get("tfds_dir", "") or os.path.join(
       os.environ.get("PAPA_CACHE", os.path.expanduser("~/.cache/papa_jax")), "tfds")
 
 
@@ -48,12 +50,16 @@ def load_records(data_cfg, split: str) -> list[dict]:
   raise ValueError(f"data.source must be 'local' or 'tfds', not {data_cfg.source!r}.")
 
 
+def subsample_indices(total: int, n: int, seed: int) -> np.ndarray:
+  """Indices of a seeded random subset of size n, ascending (n <= 0: all)."""
+  if n <= 0 or n >= total:
+    return np.arange(total)
+  return np.sort(np.random.default_rng(seed).permutation(total)[:n])
+
+
 def subsample(records: list[dict], n: int, seed: int) -> list[dict]:
   """A seeded random subset of size n, kept in file order (n <= 0: all)."""
-  if n <= 0 or n >= len(records):
-    return records
-  keep = np.sort(np.random.default_rng(seed).permutation(len(records))[:n])
-  return [records[i] for i in keep]
+  return [records[i] for i in subsample_indices(len(records), n, seed)]
 
 
 def load_split(data_cfg, split: str, tokenizer, type_vocab_size: int,

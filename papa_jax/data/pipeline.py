@@ -12,7 +12,7 @@ from typing import Iterator
 import jax
 import numpy as np
 
-from papa_jax.data.preprocess import IGNORE, Encoded
+from papa_jax.data.preprocess import IGNORE
 
 
 def epoch_order(n: int, *, shuffle: bool, seed: int, epoch: int) -> np.ndarray:
@@ -37,9 +37,18 @@ def batch_indices(order: np.ndarray, batch_size: int) -> list[np.ndarray]:
   return out
 
 
-def gather(data: Encoded | dict[str, np.ndarray], idx: np.ndarray) -> dict[str, np.ndarray]:
+def columns(data) -> dict[str, np.ndarray]:
+  """The named `[N, ...]` arrays of a split (`Encoded`, cached features, or a dict)."""
+  return data if isinstance(data, dict) else data.arrays()
+
+
+def num_rows(data) -> int:
+  return len(next(iter(columns(data).values())))
+
+
+def gather(data, idx: np.ndarray) -> dict[str, np.ndarray]:
   """Rows `idx` of every array; -1 gives a padding row with valid=False."""
-  arrays = data.arrays() if isinstance(data, Encoded) else data
+  arrays = columns(data)
   valid = idx >= 0
   safe = np.where(valid, idx, 0)
   batch = {}
@@ -66,10 +75,10 @@ def host_slice(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
   return {k: v[p * per:(p + 1) * per] for k, v in batch.items()}
 
 
-def batches(data: Encoded | dict[str, np.ndarray], batch_size: int, *, shuffle: bool = False,
-            seed: int = 0, epoch: int = 0, start: int = 0) -> Iterator[dict[str, np.ndarray]]:
+def batches(data, batch_size: int, *, shuffle: bool = False, seed: int = 0, epoch: int = 0,
+            start: int = 0) -> Iterator[dict[str, np.ndarray]]:
   """Global batches of one epoch, from batch number `start` (for resuming)."""
-  n = len(data) if isinstance(data, Encoded) else len(next(iter(data.values())))
+  n = num_rows(data)
   for idx in batch_indices(epoch_order(n, shuffle=shuffle, seed=seed, epoch=epoch),
                            batch_size)[start:]:
     yield gather(data, idx)

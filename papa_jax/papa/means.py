@@ -21,14 +21,15 @@ import hashlib
 import json
 import os
 import zipfile
-from typing import Callable, Iterable
+from typing import Callable
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from papa_jax import parallel
+from papa_jax import parallel, preemption, workdir
 from papa_jax.analysis import effective
+from papa_jax.data import pipeline
 from papa_jax.models.config import EncoderConfig
 from papa_jax.models.encoder import Encoder
 
@@ -51,12 +52,12 @@ def model_fingerprint(config: EncoderConfig, params) -> str:
 
 @functools.lru_cache(maxsize=8)
 def compiled_batch_sums(config: EncoderConfig, attention: str, mesh) -> Callable:
-  """`make_batch_sums` under `parallel.sharded_sum`, built once per (config, mesh)."""
-  return parallel.sharded_sum(make_batch_sums(config, attention), mesh)
+  """`batch_sums` under `parallel.sharded_sum`, built once per (config, mesh)."""
+  return parallel.sharded_sum(batch_sums_fn(config, attention), mesh)
 
 
-def make_batch_sums(config: EncoderConfig, attention: str = "raw") -> Callable:
-  """`(params, batch) -> (sums [layers, H, L, L] f32, counts [L, L] f32)`."""
+def batch_sums_fn(config: EncoderConfig, attention: str = "raw") -> Callable:
+  """`(params, batch) -> (sums [layers, H, L, L], counts [L, L], examples)`, float32."""
   if attention not in ATTENTION_KINDS:
     raise ValueError(f"means attention must be one of {ATTENTION_KINDS}, not {attention!r}.")
   module = Encoder(config)
@@ -73,7 +74,7 @@ def make_batch_sums(config: EncoderConfig, attention: str = "raw") -> Callable:
         key_mask = jnp.broadcast_to(m[:, None, :] > 0, a.shape[:-1])
         a = effective.effective_attention(a, out.values[layer], key_mask)[0]
       sums.append(jnp.einsum("bhqk,bqk->hqk", a, pair))
-    return jnp.stack(sums), jnp.sum(pair, axis=0)
+    return jnp.stack(sums), jnp.sum(pair, axis=0), jnp.sum(batch["valid"].astype(jnp.float32))
 
   return batch_sums
 
@@ -99,44 +100,49 @@ class MeansState:
     return np.nan_to_num(avg, nan=0.0, posinf=0.0, neginf=0.0).astype(np.float32)
 
 
-def accumulate(config: EncoderConfig, params, batches: Iterable[dict], mesh, *,
-               attention: str = "raw", state: MeansState,
-               on_batch: Callable[[MeansState], None] | None = None) -> MeansState:
-  """Adds every batch's masked sums to `state` (host float64 totals).
+def accumulate(config: EncoderConfig, params, data, mesh, *, batch_size: int,
+               attention: str = "raw", state: MeansState | None = None,
+               checkpoint: Callable[[MeansState], None] | None = None,
+               checkpoint_every: int = 0, desc: str = "") -> MeansState:
+  """The means pass: every batch's masked sums added into float64 host totals.
 
   Args:
-    config: encoder config.
-    params: encoder parameters (replicated on the mesh here).
-    batches: host batches (global, or this host's slice when multi-process).
+    config, params: the encoder.
+    data: the split (`Encoded` or a dict of arrays), held by every process.
     mesh: the data mesh.
+    batch_size: the global batch size (the result does not depend on it
+      beyond float32 summation order).
     attention: "raw" or "effective".
-    state: running totals (mutated and returned).
-    on_batch: called after each batch (progress, partial checkpoints).
+    state: totals to resume from (`state.next_batch` is the first batch).
+    checkpoint: called with the state every `checkpoint_every` batches, and
+      before stopping on a preemption request (then `Preempted` is raised).
+    checkpoint_every: 0 for never.
+    desc: progress label.
   """
+  if state is None:
+    state = MeansState.zeros(config, pipeline.columns(data)["input_ids"].shape[1])
   fn = compiled_batch_sums(config, attention, mesh)
   params = parallel.put_replicated(params, mesh)
-  for batch in batches:
-    n_valid = int(batch["valid"].sum())
-    sums, counts = fn(params, parallel.put_batch(batch, mesh))
-    state.sums += np.asarray(jax.device_get(sums), np.float64)
-    state.counts += np.asarray(jax.device_get(counts), np.float64)
-    state.next_batch += 1
-    state.num_examples += n_valid
-    if on_batch is not None:
-      on_batch(state)
+  for step, (sums, counts, n), _ in parallel.map_batches(
+      lambda b: fn(params, b), data, batch_size=batch_size, mesh=mesh,
+      start=state.next_batch, desc=desc):
+    state.sums += np.asarray(sums, np.float64)
+    state.counts += np.asarray(counts, np.float64)
+    state.num_examples += int(round(float(n)))
+    state.next_batch = step + 1
+    stop = preemption.requested()
+    if checkpoint is not None and (stop or (
+        checkpoint_every > 0 and state.next_batch % checkpoint_every == 0)):
+      checkpoint(state)
+    if stop:
+      raise preemption.Preempted(f"{desc or 'means'}: stopped after batch {state.next_batch}.")
   return state
 
 
-def _atomic_savez(path: str, **arrays) -> None:
-  tmp = f"{path}.tmp-{os.getpid()}.npz"
-  np.savez(tmp, **arrays)
-  os.replace(tmp, path)
-
-
 def save_partial(path: str, state: MeansState, run_key: str) -> None:
-  _atomic_savez(path, sums=state.sums, counts=state.counts,
-                next_batch=state.next_batch, num_examples=state.num_examples,
-                run_key=np.asarray(run_key))
+  with workdir.atomic_write(path, "wb") as f:
+    np.savez(f, sums=state.sums, counts=state.counts, next_batch=state.next_batch,
+             num_examples=state.num_examples, run_key=np.asarray(run_key))
 
 
 def load_partial(path: str, run_key: str) -> MeansState | None:
@@ -155,8 +161,9 @@ def load_partial(path: str, run_key: str) -> MeansState | None:
 
 def save_means(path: str, state: MeansState, metadata: dict) -> None:
   meta = dict(metadata, format=FORMAT, num_examples=state.num_examples)
-  _atomic_savez(path, avgs=state.averages(), sums=state.sums, counts=state.counts,
-                metadata=np.asarray(json.dumps(meta, sort_keys=True)))
+  with workdir.atomic_write(path, "wb") as f:
+    np.savez(f, avgs=state.averages(), sums=state.sums, counts=state.counts,
+             metadata=np.asarray(json.dumps(meta, sort_keys=True)))
 
 
 @dataclasses.dataclass

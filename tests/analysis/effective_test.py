@@ -12,8 +12,6 @@ import pytest
 import papa_jax as pj
 from papa_jax.analysis import effective as eff
 
-hypothesis.settings.register_profile("ci", max_examples=25, deadline=None)
-hypothesis.settings.load_profile("ci")
 
 
 def _case(seed, n=12, d=4, n_valid=None, batch=2):

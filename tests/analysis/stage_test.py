@@ -10,8 +10,8 @@ import pytest
 from papa_jax import parallel, run
 from papa_jax.analysis import stats
 from papa_jax.data import pipeline, preprocess, readers, tasks
-from tests.conftest import require_shared
-from tests.run_test import tiny_config
+from tests.testing import require_shared
+from tests.testing import tiny_config
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +85,7 @@ def test_effective_stage_writes_stats_and_figures(tmp_path, minilm):
   del minilm
   c = tiny_config(tmp_path, stage="effective", **{
       "data.max_length": 64, "data.papa_layout": False, "effective.max_examples": 24,
-      "effective.batch_size": 8})
+      "run.batch_size": 8})
   summary = run.run(c, str(tmp_path / "wd"))
   out = tmp_path / "wd" / "effective"
   for f in ("stats.json", "stats.csv", "mass_heatmaps.png", "agreement_heatmaps.png",
@@ -108,7 +108,7 @@ def test_invalid_effective_figure_head_does_not_exist(tmp_path, minilm):
 def test_papa_effective_variant_reported_beside_raw(tmp_path, minilm):
   """PAPA with mean *effective* attention; at 32 tokens (<= head dim) means coincide."""
   del minilm
-  c = tiny_config(tmp_path, **{"papa.variants": "raw,effective", "papa.fractions": (0.0, 1.0),
+  c = tiny_config(tmp_path, **{"papa.variants": ("raw", "effective"), "papa.fractions": (0.0, 1.0),
                                "probe.epochs": 1})
   rows = run.run(c, str(tmp_path / "wd"))
   assert [(r["variant"], r["static_heads"]) for r in rows] == [

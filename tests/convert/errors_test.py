@@ -10,7 +10,7 @@ from safetensors.numpy import load_file, save_file
 
 import papa_jax as pj
 from papa_jax.convert import hf_config
-from tests.conftest import require_shared
+from tests.testing import require_shared
 
 
 @pytest.fixture

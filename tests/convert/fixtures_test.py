@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import papa_jax as pj
-from tests.conftest import require_shared
+from tests.testing import require_shared
 
 CHECKPOINTS = [
     "bert/BertModel", "bert/BertForMaskedLM", "roberta/RobertaModel",

@@ -3,7 +3,7 @@
 import pytest
 
 from papa_jax.data import readers, tasks
-from tests.conftest import require_shared
+from tests.testing import require_shared
 
 
 @pytest.mark.parametrize("task,subdir,split,rows,extra", [

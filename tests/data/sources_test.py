@@ -6,7 +6,7 @@ import pytest
 import tensorflow_datasets as tfds
 
 from papa_jax.data import readers, sources, tasks
-from tests.conftest import require_shared
+from tests.testing import require_shared
 
 
 def test_local_tfds_records_equal_direct_reading(tmp_path):

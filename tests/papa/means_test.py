@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from papa_jax import parallel
-from papa_jax.data import pipeline, preprocess, readers, tasks
+from papa_jax.data import preprocess, readers, tasks
 from papa_jax.papa import means as means_lib
 
 L = 32
@@ -20,9 +20,8 @@ def sst2_rows(minilm_tokenizer, sst2_dir):
 
 def _means(minilm, data, num_devices, batch_size, **kw):
   mesh = parallel.make_mesh(num_devices)
-  state = means_lib.MeansState.zeros(minilm.config, L)
-  return means_lib.accumulate(minilm.config, minilm.params,
-                              pipeline.batches(data, batch_size), mesh, state=state, **kw)
+  return means_lib.accumulate(minilm.config, minilm.params, data, mesh, batch_size=batch_size,
+                              **kw)
 
 
 def test_mean_equals_numpy_over_hf_attentions(minilm, sst2_rows):
@@ -67,15 +66,18 @@ def test_shard_mean_8_devices_equals_1_device(minilm, sst2_rows):
 def test_mean_resume_from_partial_sums_equals_one_pass(minilm, sst2_rows, tmp_path):
   mesh = parallel.make_mesh(1)
   full = _means(minilm, sst2_rows, 1, 16)
-  state = means_lib.MeansState.zeros(minilm.config, L)
-  it = pipeline.batches(sst2_rows, 16)
-  means_lib.accumulate(minilm.config, minilm.params, [next(it), next(it)], mesh, state=state)
-  means_lib.save_partial(str(tmp_path / "p.npz"), state, "key")
+  saved = []
+
+  def checkpoint(state):
+    if state.next_batch == 2:
+      means_lib.save_partial(str(tmp_path / "p.npz"), state, "key")
+      saved.append(state.next_batch)
+  _means(minilm, sst2_rows, 1, 16, checkpoint=checkpoint, checkpoint_every=2)
+  assert saved == [2]
   assert means_lib.load_partial(str(tmp_path / "p.npz"), "other-run") is None
   resumed = means_lib.load_partial(str(tmp_path / "p.npz"), "key")
-  assert resumed.next_batch == 2
-  means_lib.accumulate(minilm.config, minilm.params,
-                       pipeline.batches(sst2_rows, 16, start=resumed.next_batch), mesh,
+  assert resumed.next_batch == 2 and resumed.num_examples == 32
+  means_lib.accumulate(minilm.config, minilm.params, sst2_rows, mesh, batch_size=16,
                        state=resumed)
   np.testing.assert_allclose(resumed.sums, full.sums, rtol=1e-12, atol=1e-9)
   assert resumed.num_examples == full.num_examples

@@ -1,0 +1,213 @@
+"""The experiment config: its defaults, which fields change results, its checks.
+
+Groups and what they mean for a workdir:
+  * result groups (`RESULT_GROUPS`): every field changes some result; the
+    workdir is bound to them and every fingerprint covers them, so a new field
+    added to one of these groups is covered automatically;
+  * `papa`: which probing runs exist (fractions, variants, seeds); extending
+    it reuses finished runs, it never changes one;
+  * `run`, `explore`, `report` and the top-level `stage` / `overwrite`: how and
+    where to compute or show things; they never change a result.
+Every check of a config that needs no data lives here and raises `ConfigError`
+(`validate`); the checks that need the model or the mesh follow it.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import ml_collections
+
+STAGES = ("means", "sort", "probe", "all", "effective")
+VARIANTS = ("raw", "effective")
+FEATURE_DTYPES = ("float32", "bfloat16")
+RESULT_GROUPS = ("model", "data", "sort", "probe", "effective")
+NON_RESULT_GROUPS = ("papa", "run")
+NON_RESULT_FIELDS = ("stage", "overwrite")
+
+
+class ConfigError(ValueError):
+  """A config that cannot run, found before any long computation."""
+
+
+def get_config() -> ml_collections.ConfigDict:
+  """The defaults: the PAPA paper's recipe (`shared/spec/papa.md` §7.3)."""
+  c = ml_collections.ConfigDict()
+  c.stage = "all"  # means | sort | probe | all | effective
+  c.overwrite = False  # Replace results of a different config in the workdir.
+
+  c.model = ml_collections.ConfigDict(dict(
+      name="bert-base-uncased",  # Hub id, packaged model id, or local directory.
+  ))
+  c.data = ml_collections.ConfigDict(dict(
+      task="sst2",
+      source="local",  # local (official files) | tfds (the TFDS catalog, needs network)
+      data_dir="",  # Local files; '' means $PAPA_SHARED/data/<task folder>.
+      max_length=64,
+      papa_layout=True,  # Fixed positional layout (spec §3).
+      faithful_segment_ids=True,  # Keep the original code's segment ids (spec §10.3).
+      max_train_examples=-1,  # Seeded random subset of the train split; -1: all.
+      max_eval_examples=-1,
+      subsample_seed=0,
+      skip_malformed=False,  # Skip (and count) malformed rows instead of failing.
+  ))
+  c.papa = ml_collections.ConfigDict(dict(
+      fractions=(0.0, 0.5, 0.875, 0.9375, 1.0),  # Of all heads, taken in sorted order.
+      variants=("raw",),  # Constant = mean 'raw' attention; add 'effective' for PAPA-eff.
+      seeds=(42,),  # Probe seeds: every run (the baseline too) is repeated per seed.
+  ))
+  c.sort = ml_collections.ConfigDict(dict(
+      epochs=15,  # The paper's sorting run uses the probing recipe.
+      gate_learning_rate=2e-5,
+      max_train_examples=-1,  # Sort on a seeded subset of the train data; -1: all of it.
+      seed=42,  # Probe initialisation and data order of the sorting run.
+  ))
+  c.probe = ml_collections.ConfigDict(dict(
+      learning_rate=2e-5, epochs=15, batch_size=16,
+      weight_decay=0.0, adam_b1=0.9, adam_b2=0.999, adam_eps=1e-8, grad_clip_norm=1.0,
+      encoder_dropout=True,  # The frozen backbone stays in train mode (as the paper).
+      probe_dropout=-1.0,  # -1: the checkpoint's recipe (hidden dropout; 0 for RoBERTa).
+      cache_features=False,  # Compute encoder outputs once (needs encoder_dropout=False).
+      feature_dtype="float32",  # Dtype of encoder outputs fed to the probe (cache dtype).
+  ))
+  c.effective = ml_collections.ConfigDict(dict(
+      split="validation",
+      max_examples=-1,
+      rtol=-1.0,  # Rank tolerance relative to sigma_max; -1: max(n, d) * eps.
+      example_index=0,  # Which long example the attention-map figure shows.
+      figure_layer=-1,  # Layer and head of that figure; -1: the largest null part.
+      figure_head=-1,
+      min_valid_tokens=0,  # Only examples with more real tokens than this.
+  ))
+  c.run = ml_collections.ConfigDict(dict(
+      log_every_steps=100,
+      batch_size=32,  # Global batch of every forward-only pass (means, features, eval).
+      checkpoint_every_batches=200,  # Means partial sums saved for resuming; 0: never.
+      checkpoint_every_steps=0,  # Probe checkpoints within an epoch; 0: at epoch ends only.
+      num_devices=-1,  # Devices of the data mesh; -1: every device.
+      cache_dir="",  # '' keeps cached features in memory; else a folder for .npy files.
+      cache_max_gb=8.0,
+      distributed=ml_collections.ConfigDict(dict(
+          enabled=False,  # jax.distributed.initialize() for multi-host (TPU pod) runs.
+          coordinator_address="", num_processes=-1, process_id=-1, local_device_count=-1,
+          cpu_collectives="",  # 'gloo' for CPU multi-process runs.
+      )),
+  ))
+  return c
+
+
+def _flat(d: dict, prefix: str = "") -> dict[str, Any]:
+  out = {}
+  for k, v in d.items():
+    if isinstance(v, dict):
+      out.update(_flat(v, f"{prefix}{k}."))
+    else:
+      out[f"{prefix}{k}"] = v
+  return out
+
+
+def result_config(config: ml_collections.ConfigDict) -> dict[str, Any]:
+  """The flattened fields that decide results: the result groups, nothing else."""
+  d = json.loads(config.to_json_best_effort())
+  return _flat({k: v for k, v in d.items() if k in RESULT_GROUPS})
+
+
+def unclassified_fields(config: ml_collections.ConfigDict) -> list[str]:
+  """Top-level keys that are neither result nor non-result (a schema bug)."""
+  known = set(RESULT_GROUPS) | set(NON_RESULT_GROUPS) | set(NON_RESULT_FIELDS) | {
+      "explore", "report", "suite"}
+  return sorted(set(config.keys()) - known)
+
+
+def variants(config: ml_collections.ConfigDict) -> tuple[str, ...]:
+  """`papa.variants`, raw first ('raw,effective' on the command line works too)."""
+  vs = tuple(v.strip() for item in config.papa.variants for v in str(item).split(",")
+             if v.strip())
+  bad = [v for v in vs if v not in VARIANTS]
+  if bad or not vs:
+    raise ConfigError(f"papa.variants={tuple(config.papa.variants)!r}: use a subset of "
+                      f"{VARIANTS}.")
+  if "raw" not in vs:
+    vs = ("raw",) + vs  # The ranking and the baseline come from raw attention.
+  return tuple(dict.fromkeys(vs))
+
+
+def seeds(config: ml_collections.ConfigDict) -> tuple[int, ...]:
+  s = tuple(config.papa.seeds)
+  if not s or any(not isinstance(x, int) or isinstance(x, bool) for x in s):
+    raise ConfigError(f"papa.seeds={s!r}: give a non-empty tuple of integers, e.g. (42, 43, 44).")
+  if len(set(s)) != len(s):
+    raise ConfigError(f"papa.seeds={s!r} repeats a seed.")
+  return s
+
+
+def fractions(config: ml_collections.ConfigDict) -> tuple[float, ...]:
+  f = tuple(float(x) for x in config.papa.fractions)
+  bad = [x for x in f if not 0.0 <= x <= 1.0]
+  if bad or not f:
+    raise ConfigError(f"papa.fractions={f!r}: give fractions in [0, 1].")
+  return f
+
+
+def validate(config: ml_collections.ConfigDict) -> None:
+  """Every check that needs neither data nor model; raises `ConfigError`."""
+  if unclassified_fields(config):
+    raise ConfigError(f"Config has top-level fields {unclassified_fields(config)} that "
+                      "config_schema does not classify as result or non-result fields.")
+  if config.stage not in STAGES:
+    raise ConfigError(f"stage={config.stage!r}; choose one of {STAGES}.")
+  from papa_jax import data  # pylint: disable=import-outside-toplevel
+  try:
+    data.get_task(config.data.task)
+  except ValueError as e:
+    raise ConfigError(f"data.task: {e}") from e
+  if config.data.source not in ("local", "tfds"):
+    raise ConfigError(f"data.source={config.data.source!r}; use 'local' or 'tfds'.")
+  if config.data.max_length < 4:
+    raise ConfigError(f"data.max_length={config.data.max_length} is too short (need >= 4).")
+  variants(config)
+  seeds(config)
+  fractions(config)
+  p = config.probe
+  if p.feature_dtype not in FEATURE_DTYPES:
+    raise ConfigError(f"probe.feature_dtype={p.feature_dtype!r}; use one of {FEATURE_DTYPES}.")
+  if p.cache_features and p.encoder_dropout:
+    raise ConfigError("probe.cache_features needs a deterministic encoder: set "
+                      "probe.encoder_dropout=False (cached features cannot vary per epoch).")
+  for name, v in (("probe.epochs", p.epochs), ("probe.batch_size", p.batch_size),
+                  ("sort.epochs", config.sort.epochs), ("run.batch_size", config.run.batch_size),
+                  ("run.log_every_steps", config.run.log_every_steps)):
+    if v < 1:
+      raise ConfigError(f"{name}={v} must be >= 1.")
+  if not p.learning_rate > 0:
+    raise ConfigError(f"probe.learning_rate={p.learning_rate} must be > 0.")
+  for name in ("checkpoint_every_batches", "checkpoint_every_steps"):
+    if config.run[name] < 0:
+      raise ConfigError(f"run.{name} must be >= 0 (0: never / at epoch ends only).")
+  if config.run.cache_max_gb <= 0:
+    raise ConfigError("run.cache_max_gb must be > 0.")
+  if config.effective.split not in ("train", "validation", "test"):
+    raise ConfigError(f"effective.split={config.effective.split!r}; use train, validation or test.")
+
+
+def validate_for_model(config: ml_collections.ConfigDict, model_config) -> None:
+  """Checks that need the loaded model's `EncoderConfig`."""
+  if config.data.max_length > model_config.max_length:
+    raise ConfigError(f"data.max_length={config.data.max_length} exceeds the model's "
+                      f"{model_config.max_length} positions.")
+  e = config.effective
+  for name, v, hi in (("effective.figure_layer", e.figure_layer, model_config.num_layers),
+                      ("effective.figure_head", e.figure_head, model_config.num_heads)):
+    if not -1 <= v < hi:
+      raise ConfigError(f"{name}={v} does not exist in this model ({hi} of them; -1 picks "
+                        "the head with the largest null part).")
+
+
+def validate_for_mesh(config: ml_collections.ConfigDict, mesh_size: int) -> None:
+  """Global batch sizes must split evenly over the devices of the mesh."""
+  for name, bs in (("probe.batch_size", config.probe.batch_size),
+                   ("run.batch_size", config.run.batch_size)):
+    if bs % mesh_size:
+      raise ConfigError(f"{name}={bs} is not divisible by the {mesh_size} devices of the "
+                        "mesh; choose a multiple (the last batch is padded anyway).")

@@ -1,0 +1,151 @@
+"""The workdir: fingerprints, atomic writes, binding to one config, provenance.
+
+Every file a stage writes goes through `atomic_write` (a temporary file in the
+same directory, then `os.replace`), so a killed run never leaves a truncated
+result behind. A workdir is bound to the result fields of the config that
+finished work in it (`config_schema.result_config`): `config.json` is written
+when the first stage starts, but a workdir that holds no finished work yet is
+rebound freely, so a run that failed on a data error does not lock its
+workdir to the broken config.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import hashlib
+import json
+import os
+import shutil
+from typing import IO, Any, Iterator
+
+import ml_collections
+from absl import logging
+
+from papa_jax import config_schema
+
+CONFIG_FILE = "config.json"
+# Outputs of finished work; their presence binds the workdir to its config.
+RESULT_DIRS = ("means", "sort", "probe", "effective", "finetune", "ablation", "features")
+RESULT_FILES = ("results.json", "results.csv", "results.md", "papa_curve.png")
+FINISHED = ("means/means_*.npz", "sort/sorted_heads.json", "probe/*/result.json",
+            "*/stats.json", "*/result.json", "results.json")
+
+
+def fingerprint(obj: Any) -> str:
+  """A 16-hex-digit hash of a JSON-able object (keys sorted)."""
+  text = json.dumps(obj, sort_keys=True, default=str)
+  return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+@contextlib.contextmanager
+def atomic_write(path: str, mode: str = "w", **open_kwargs: Any) -> Iterator[IO]:
+  """Writes `path` through a temporary file renamed into place on success.
+
+  On any error (a full disk included) the temporary file is removed and the
+  previous content of `path`, if any, is left untouched.
+  """
+  directory = os.path.dirname(os.path.abspath(path))
+  os.makedirs(directory, exist_ok=True)
+  tmp = os.path.join(directory, f".{os.path.basename(path)}.tmp-{os.getpid()}")
+  try:
+    with open(tmp, mode, **open_kwargs) as f:
+      yield f
+      f.flush()
+      os.fsync(f.fileno())
+    os.replace(tmp, path)
+  except BaseException:
+    with contextlib.suppress(OSError):
+      os.remove(tmp)
+    raise
+
+
+def write_json(path: str, obj: Any) -> None:
+  with atomic_write(path) as f:
+    json.dump(obj, f, indent=2, default=float)
+
+
+def read_json(path: str) -> Any:
+  with open(path) as f:
+    return json.load(f)
+
+
+def has_finished_work(workdir: str) -> bool:
+  """Whether any stage has finished a unit of work here (partial sums do not count)."""
+  for pattern in FINISHED:
+    if any(not p.endswith(".partial.npz") for p in glob.glob(os.path.join(workdir, pattern))):
+      return True
+  return False
+
+
+def prepare(workdir: str) -> None:
+  """Creates `workdir`, or says clearly why it cannot be one."""
+  if os.path.exists(workdir) and not os.path.isdir(workdir):
+    raise config_schema.ConfigError(
+        f"--workdir={workdir} exists and is not a directory; give a directory path.")
+  try:
+    os.makedirs(workdir, exist_ok=True)
+  except OSError as e:
+    raise config_schema.ConfigError(f"Cannot create --workdir={workdir}: {e}.") from e
+
+
+def bind(config: ml_collections.ConfigDict, workdir: str, *, main_process: bool = True) -> None:
+  """Refuses a workdir whose finished work came from other result fields.
+
+  With `config.overwrite`, the other config's results are removed instead.
+  """
+  path = os.path.join(workdir, CONFIG_FILE)
+  mine = config_schema.result_config(config)
+  if os.path.exists(path):
+    theirs = config_schema.result_config(ml_collections.ConfigDict(read_json(path)))
+    diff = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
+    if diff and has_finished_work(workdir):
+      if not config.overwrite:
+        details = "; ".join(f"{k}: {theirs.get(k)!r} -> {mine.get(k)!r}" for k in diff[:8])
+        raise config_schema.ConfigError(
+            f"Workdir {workdir} holds results of a different config ({details}). "
+            "Use another --workdir, or --config.overwrite=True to replace them.")
+      if main_process:
+        logging.warning("overwrite=True: removing results of the previous config in %s.",
+                        workdir)
+        for name in RESULT_DIRS + ("cache",):
+          shutil.rmtree(os.path.join(workdir, name), ignore_errors=True)
+        for name in RESULT_FILES:
+          with contextlib.suppress(FileNotFoundError):
+            os.remove(os.path.join(workdir, name))
+    elif diff:
+      logging.info("%s held a config with no finished work; rebinding the workdir.", path)
+  if main_process:
+    write_json(path, json.loads(config.to_json_best_effort()))
+
+
+def package_versions() -> dict[str, str]:
+  import importlib.metadata as md  # pylint: disable=import-outside-toplevel
+  out = {}
+  for name in ("papa-jax", "jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "numpy",
+               "transformers", "tokenizers", "tensorflow-datasets"):
+    with contextlib.suppress(md.PackageNotFoundError):
+      out[name] = md.version(name)
+  return out
+
+
+def git_revision() -> str | None:
+  """HEAD of the project's checkout (`-dirty` when tracked files changed)."""
+  import subprocess  # pylint: disable=import-outside-toplevel
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  try:
+    rev = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True,
+                         text=True, timeout=5)
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                           capture_output=True, text=True, timeout=5).stdout.strip()
+  except (OSError, subprocess.SubprocessError):
+    return None
+  return rev.stdout.strip() + ("-dirty" if dirty else "") if rev.returncode == 0 else None
+
+
+def provenance() -> dict[str, Any]:
+  """Versions, git revision and JAX topology, saved with every result."""
+  import jax  # pylint: disable=import-outside-toplevel
+  return dict(versions=package_versions(), git_revision=git_revision(),
+              backend=jax.default_backend(), devices=jax.device_count(),
+              processes=jax.process_count(), xla_flags=os.environ.get("XLA_FLAGS", ""))
