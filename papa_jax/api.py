@@ -1,0 +1,107 @@
+"""The library from a notebook: constant matrices, overrides, effective attention, results.
+
+  import papa_jax as pj
+  m = pj.load_pretrained("sentence-transformers/all-MiniLM-L6-v2")
+  data = pj.encode_texts(m, ["a first sentence .", "and a second one ."], max_length=32)
+  means = pj.attention_means(m, data)                      # [layers, heads, L, L]
+  out = m.apply(data.input_ids, data.attention_mask,
+                override=pj.AttentionOverride.constant(means.avgs))
+  eff = pj.effective_attentions(m.apply(data.input_ids, data.attention_mask,
+                                        capture_attention=True, capture_values=True),
+                                data.attention_mask)
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Sequence
+
+import numpy as np
+
+from papa_jax import parallel, workdir
+from papa_jax.analysis.effective import effective_attention
+from papa_jax.convert import Pretrained
+from papa_jax.data import preprocess, tasks
+from papa_jax.papa import means as means_lib
+from papa_jax.papa import schedule
+
+
+def encode_texts(model: Pretrained, texts: Sequence[str], pairs: Sequence[str] | None = None, *,
+                 max_length: int = 64, papa_layout: bool = True) -> preprocess.Encoded:
+  """Tokenizes sentences (or sentence pairs) to fixed-length arrays.
+
+  With `papa_layout` (PAPA's positional layout), [CLS] and the first segment
+  fill the first half, the separator sits at L/2 and the final one at L-1.
+  """
+  task = tasks.get_task("mrpc" if pairs is not None else "sst2")
+  records = [dict(idx=i, text_a=a, text_b=pairs[i] if pairs is not None else "", label=0)
+             for i, a in enumerate(texts)]
+  return preprocess.encode(task, records, model.tokenizer(), max_length, papa_layout=papa_layout,
+                           type_vocab_size=model.config.type_vocab_size)
+
+
+def attention_means(model: Pretrained, data: preprocess.Encoded | Sequence[str], *,
+                    max_length: int = 64, batch_size: int = 32, attention: str = "raw",
+                    mesh=None) -> means_lib.Means:
+  """PAPA's constant matrices: attention averaged over real token pairs of `data`.
+
+  Args:
+    model: a loaded encoder.
+    data: an `Encoded` split, or texts (encoded with the PAPA layout).
+    max_length: length for texts.
+    batch_size: global batch (rounded up to a multiple of the mesh size;
+      padding rows do not count).
+    attention: "raw", or "effective" for mean effective attention.
+    mesh: the data mesh (default: every device).
+
+  Returns:
+    `Means` with `avgs [layers, heads, L, L]`, `sums`, `counts [L, L]`.
+  """
+  if not isinstance(data, preprocess.Encoded):
+    data = encode_texts(model, list(data), max_length=max_length)
+  mesh = mesh or parallel.make_mesh()
+  batch_size = -(-batch_size // mesh.size) * mesh.size
+  state = means_lib.accumulate(model.config, model.params, data, mesh, batch_size=batch_size,
+                               attention=attention)
+  return means_lib.Means(state.averages(), state.sums, state.counts,
+                         dict(num_examples=state.num_examples, attention=attention))
+
+
+def effective_attentions(output, attention_mask) -> tuple:
+  """Every layer's effective attention `[B, H, L, L]` from an `EncoderOutput`.
+
+  `output` must come from `apply(..., capture_attention=True,
+  capture_values=True)`; pad keys and pad queries get zeros (mask-aware).
+  """
+  if output.attentions is None or output.values is None:
+    raise ValueError("Run the model with capture_attention=True and capture_values=True.")
+  out = []
+  for a, v in zip(output.attentions, output.values):
+    key_mask = np.broadcast_to(np.asarray(attention_mask)[:, None, :] > 0, a.shape[:-1])
+    out.append(effective_attention(a, v, key_mask)[0])
+  return tuple(out)
+
+
+def load_results(path: str) -> dict:
+  """A finished workdir's results: rows and summary, and the arrays behind them.
+
+  Returns a dict with `config`, `rows`, `summary` (from results.json when the
+  probe stage ran), `means` (variant -> `Means`), `lambdas` and `ranking`
+  (when the sort stage ran), and `effective` (the effective stage's stats).
+  """
+  out: dict = {"config": workdir.read_json(os.path.join(path, "config.json"))}
+  res = os.path.join(path, "results.json")
+  if os.path.exists(res):
+    r = workdir.read_json(res)
+    out.update(rows=r["rows"], summary=r["summary"])
+  out["means"] = {v: means_lib.load_means(os.path.join(path, "means", f"means_{v}.npz"))
+                  for v in ("raw", "effective")
+                  if os.path.exists(os.path.join(path, "means", f"means_{v}.npz"))}
+  ranking = os.path.join(path, "sort", "sorted_heads.json")
+  if os.path.exists(ranking):
+    out["lambdas"] = np.load(os.path.join(path, "sort", "lambdas.npy"))
+    out["ranking"] = schedule.load_ranking(ranking, *out["lambdas"].shape)
+  eff = os.path.join(path, "effective", "stats.json")
+  if os.path.exists(eff):
+    out["effective"] = workdir.read_json(eff)
+  return out
