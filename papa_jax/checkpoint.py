@@ -12,7 +12,10 @@ import os
 from typing import Any
 
 import jax
+from absl import logging
 import orbax.checkpoint as ocp
+
+from papa_jax import workdir
 
 
 class CheckpointError(ValueError):
@@ -31,9 +34,19 @@ class Checkpointer:
     return self._mgr.latest_step()
 
   def save(self, step: int, state: Any, meta: dict) -> None:
-    self._mgr.save(step, args=ocp.args.Composite(
-        state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)))
-    self._mgr.wait_until_finished()
+    """Saves step `step`; on failure the previous steps stay the latest, intact."""
+    try:
+      self._mgr.save(step, args=ocp.args.Composite(
+          state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)))
+      self._mgr.wait_until_finished()
+    except OSError as e:
+      raise workdir.write_failed(os.path.join(self.directory, str(step)), e) from e
+    except Exception as e:  # Orbax wraps I/O errors in its own types.
+      if isinstance(e.__cause__, OSError) or "No space left" in str(e):
+        raise workdir.WriteError(28, f"Could not write checkpoint {self.directory}/{step} "
+                                 f"({e}). The previous checkpoint is intact: free disk "
+                                 "space and rerun the same command to resume.") from e
+      raise
 
   def restore(self, step: int, abstract_state: Any, fingerprint: str) -> tuple[Any, dict]:
     """Restores step `step` into the shapes/shardings of `abstract_state`."""
@@ -58,4 +71,7 @@ class Checkpointer:
     return state, meta
 
   def close(self) -> None:
-    self._mgr.close()
+    try:
+      self._mgr.close()
+    except Exception as e:  # A failed save's background error, already raised once.
+      logging.warning("Closing checkpoints in %s: %s", self.directory, e)

@@ -10,6 +10,7 @@ to float noise.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import os
@@ -18,7 +19,7 @@ import jax
 import ml_dtypes
 import numpy as np
 
-from papa_jax import parallel
+from papa_jax import parallel, workdir
 from papa_jax.train import FrozenEncoder
 
 NP_DTYPES = {"float32": np.dtype(np.float32), "bfloat16": np.dtype(ml_dtypes.bfloat16)}
@@ -85,10 +86,8 @@ def compute(encoder: FrozenEncoder, data, mesh, batch_size: int, path: str = "",
   shape = (n, c.num_hidden_states, L, c.hidden_size)
   dtype = NP_DTYPES[encoder.feature_dtype]
   if path:
-    os.makedirs(os.path.dirname(path), exist_ok=True)
     tmp = f"{path}.tmp-{os.getpid()}"
-    raw = np.lib.format.open_memmap(tmp, mode="w+", shape=shape,
-                                    dtype=np.uint16 if dtype.itemsize == 2 else dtype)
+    raw = _open_memmap(tmp, shape, np.dtype(np.uint16) if dtype.itemsize == 2 else dtype)
     feats = raw.view(dtype) if dtype.itemsize == 2 else raw
   else:
     feats = np.empty(shape, dtype)
@@ -106,6 +105,24 @@ def compute(encoder: FrozenEncoder, data, mesh, batch_size: int, path: str = "",
     raw = np.load(path, mmap_mode="r")
     feats = raw.view(dtype) if dtype.itemsize == 2 else raw
   return Features(feats, data.attention_mask, data.labels)
+
+
+def _open_memmap(tmp: str, shape: tuple, dtype: np.dtype) -> np.memmap:
+  """A `.npy` memmap whose blocks are reserved up front.
+
+  Writing into a sparse memmap on a full disk kills the process with SIGBUS;
+  reserving the space first turns that into a clear error here.
+  """
+  try:
+    os.makedirs(os.path.dirname(tmp) or ".", exist_ok=True)
+    raw = np.lib.format.open_memmap(tmp, mode="w+", shape=shape, dtype=dtype)
+    with open(tmp, "r+b") as f:
+      os.posix_fallocate(f.fileno(), 0, os.path.getsize(tmp))
+    return raw
+  except OSError as e:
+    with contextlib.suppress(OSError):
+      os.remove(tmp)
+    raise workdir.write_failed(tmp, e) from e
 
 
 def cache_path(cache_dir: str, name: str, split: str) -> str:

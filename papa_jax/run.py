@@ -16,6 +16,7 @@ Start reading at `run`.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import time
@@ -26,7 +27,7 @@ import ml_collections
 import numpy as np
 from absl import logging
 
-from papa_jax import config_schema, convert, metrics, parallel, probes, results, train
+from papa_jax import config_schema, convert, metrics, parallel, probes, results, tokenization, train
 from papa_jax import data as data_lib
 from papa_jax import features as features_lib
 from papa_jax import workdir as workdir_lib
@@ -51,7 +52,9 @@ class Setup:
     self.tokenizer = self.model.tokenizer()
     self.mesh = parallel.make_mesh(config.run.num_devices)
     config_schema.validate_for_mesh(config, self.mesh.size)
-    self.model_fingerprint = means_lib.model_fingerprint(mc, self.model.params)
+    self.model_fingerprint = workdir_lib.fingerprint(dict(
+        params=means_lib.model_fingerprint(mc, self.model.params),
+        tokenizer=tokenization.tokenizer_fingerprint(self.model.model_dir)))
     self.variants = config_schema.variants(config)
     self.seeds = config_schema.seeds(config)
     self.static_head_counts = schedule.static_head_counts(
@@ -120,10 +123,13 @@ class Setup:
 
   def check_inputs(self) -> None:
     """Reads and checks everything this stage needs, before the workdir is touched."""
+    splits = ({"effective": self.effective_data} if self.config.stage == "effective" else
+              {"train": self.train_data, self.task.eval_split: self.eval_data})
+    for name, d in splits.items():
+      tokenization.check_unknown_rate(self.tokenizer, d.input_ids, d.attention_mask,
+                                      f"{self.task.name}/{name}")
     if self.config.stage == "effective":
-      _ = self.effective_data
       return
-    _ = self.train_data, self.eval_data
     for v in self.variants:
       if os.path.exists(self.means_path(v)):
         self.load_means(v)
@@ -338,12 +344,14 @@ def run(config: ml_collections.ConfigDict, workdir: str):
   """Runs `config.stage` in `workdir` ("all": means, sort, probe); returns its result."""
   config_schema.validate(config)
   workdir_lib.prepare(workdir)
-  s = Setup(config, workdir)
-  s.check_inputs()
-  workdir_lib.bind(config, workdir, main_process=parallel.is_main_process())
-  out = None
-  for name in PLANS.get(config.stage, (config.stage,)):
-    t0 = time.perf_counter()
-    out = STAGES[name](s)
-    logging.info("Stage %s finished in %.1fs.", name, time.perf_counter() - t0)
+  main = parallel.is_main_process()
+  with workdir_lib.lock(workdir) if main else contextlib.nullcontext():
+    s = Setup(config, workdir)
+    s.check_inputs()  # Nothing is written before the data has been read and checked.
+    workdir_lib.bind(config, workdir, main_process=main)
+    out = None
+    for name in PLANS.get(config.stage, (config.stage,)):
+      t0 = time.perf_counter()
+      out = STAGES[name](s)
+      logging.info("Stage %s finished in %.1fs.", name, time.perf_counter() - t0)
   return out

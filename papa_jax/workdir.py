@@ -12,11 +12,14 @@ workdir to the broken config.
 from __future__ import annotations
 
 import contextlib
+import datetime
+import fcntl
 import glob
 import hashlib
 import json
 import os
 import shutil
+import socket
 from typing import IO, Any, Iterator
 
 import ml_collections
@@ -38,25 +41,38 @@ def fingerprint(obj: Any) -> str:
   return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+class WriteError(OSError):
+  """A result or checkpoint could not be written (a full disk, say); nothing was lost."""
+
+
+def write_failed(path: str, e: OSError) -> WriteError:
+  return WriteError(e.errno, f"Could not write {path} ({e.strerror or e}). The previous "
+                    "version, if any, is intact and loadable: free disk space (or fix the "
+                    "path) and rerun the same command to resume.")
+
+
 @contextlib.contextmanager
 def atomic_write(path: str, mode: str = "w", **open_kwargs: Any) -> Iterator[IO]:
   """Writes `path` through a temporary file renamed into place on success.
 
   On any error (a full disk included) the temporary file is removed and the
-  previous content of `path`, if any, is left untouched.
+  previous content of `path`, if any, is left untouched; an `OSError` becomes a
+  `WriteError` that says so.
   """
   directory = os.path.dirname(os.path.abspath(path))
-  os.makedirs(directory, exist_ok=True)
   tmp = os.path.join(directory, f".{os.path.basename(path)}.tmp-{os.getpid()}")
   try:
+    os.makedirs(directory, exist_ok=True)
     with open(tmp, mode, **open_kwargs) as f:
       yield f
       f.flush()
       os.fsync(f.fileno())
     os.replace(tmp, path)
-  except BaseException:
+  except BaseException as e:
     with contextlib.suppress(OSError):
       os.remove(tmp)
+    if isinstance(e, OSError) and not isinstance(e, WriteError):
+      raise write_failed(path, e) from e
     raise
 
 
@@ -117,6 +133,57 @@ def bind(config: ml_collections.ConfigDict, workdir: str, *, main_process: bool 
       logging.info("%s held a config with no finished work; rebinding the workdir.", path)
   if main_process:
     write_json(path, json.loads(config.to_json_best_effort()))
+
+
+LOCK_FILE = ".lock"
+
+
+class WorkdirLocked(config_schema.ConfigError):
+  """Another live run holds the workdir."""
+
+
+@contextlib.contextmanager
+def lock(workdir: str) -> Iterator[None]:
+  """One run per workdir: an exclusive lock held while the stages run.
+
+  The lock file names its holder (host, pid, start time). The kernel drops the
+  lock when its process dies, so a lock file left by a killed run is stale and
+  is taken over with a log line. (On a filesystem without working `flock`
+  across hosts, runs on different hosts are not kept apart.)
+  """
+  path = os.path.join(workdir, LOCK_FILE)
+  f = open(path, "a+")  # pylint: disable=consider-using-with
+  try:
+    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+  except BlockingIOError:
+    f.seek(0)
+    holder = f.read().strip() or "{}"
+    f.close()
+    try:
+      h = json.loads(holder)
+      who = f"host {h.get('host')}, pid {h.get('pid')}, started {h.get('started')}"
+    except json.JSONDecodeError:
+      who = holder
+    raise WorkdirLocked(f"Workdir {workdir} is in use by another run ({who}). Wait for it to "
+                        "finish, or give this run another --workdir.") from None
+  f.seek(0)
+  previous = f.read().strip()
+  if previous:
+    logging.warning("Taking over the stale lock of %s (that run ended without releasing it: "
+                    "%s).", workdir, previous)
+  f.seek(0)
+  f.truncate()
+  f.write(json.dumps(dict(host=socket.gethostname(), pid=os.getpid(),
+                          started=datetime.datetime.now().isoformat(timespec="seconds"))))
+  f.flush()
+  try:
+    yield
+  finally:
+    f.seek(0)
+    f.truncate()
+    f.flush()
+    fcntl.flock(f, fcntl.LOCK_UN)
+    f.close()
 
 
 def package_versions() -> dict[str, str]:
