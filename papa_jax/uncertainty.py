@@ -28,9 +28,11 @@ seed bootstrap sees only S values, and the bootstrap variance of their mean is
 (S-1)/S times the usual s^2/S (2/3 of it for 3 seeds): few seeds make every
 interval optimistic.
 
-Speed (2 CPU cores, B=1000, 3+3 seeds, `paired_bootstrap`): SST-2 (872) 0.03 s,
-MNLI (9,815) 0.25 s, QQP (40,430) 0.9 s, STS-B (1,500) 0.13 s, NER dev (3,250
-sentences) 0.5 s, of which 0.45 s is conlleval chunking of the six seeds.
+Speed (2 shared CPU cores, B=1000, 3+3 seeds, `paired_bootstrap`): SST-2 (872)
+0.02-0.05 s, MNLI (9,815) 0.1-0.4 s, QQP (40,430) 0.9-1.6 s, STS-B (1,500)
+0.13-0.23 s; CoNLL NER dev (3,250 sentences) 0.3-0.5 s when most predicted
+sentences are right, most of it conlleval chunking in Python (each distinct
+tag sequence is chunked once).
 """
 
 from __future__ import annotations
@@ -81,44 +83,55 @@ def _stack(preds) -> np.ndarray:
   return out
 
 
-def _label_entities(task, labels: np.ndarray) -> list | None:
-  """Gold entities of each sentence (computed once, shared by every seed)."""
+def _tagging_context(task, labels: np.ndarray) -> tuple[list, dict] | None:
+  """Gold entities per sentence, and a memo of chunked tag sequences.
+
+  Chunking is the slow part (pure Python); most predicted sentences repeat
+  across seeds and conditions (often equal to gold), so each distinct
+  sequence is chunked once.
+  """
   if task.kind != "tagging" or "f1" not in task.metrics:
     return None
-  names = np.asarray(task.label_names)
-  return [metrics.entities(list(names[t[t != -100]])) for t in labels]
+  memo, names = {}, np.asarray(task.label_names)
+  return [_entities(names, t[t != -100], memo) for t in labels], memo, names
 
 
-def _tagging_stats(task, pred: np.ndarray, labels: np.ndarray, gold=None) -> np.ndarray:
+def _entities(names: np.ndarray, ids: np.ndarray, memo: dict) -> set:
+  key = ids.astype(np.int64).tobytes()
+  if key not in memo:
+    memo[key] = metrics.entities(list(names[ids]))
+  return memo[key]
+
+
+def _tagging_stats(task, pred: np.ndarray, labels: np.ndarray, context=None) -> np.ndarray:
   """Per sentence: (tp, n_pred, n_true) entities, then (correct, total) tokens."""
   keep = labels != -100
   correct = ((pred == labels) & keep).sum(1)
   total = keep.sum(1)
   if "f1" not in task.metrics:
     return np.stack([correct, total], 1).astype(np.float64)
-  names = np.asarray(task.label_names)
-  gold = _label_entities(task, labels) if gold is None else gold
+  gold, memo, names = context or _tagging_context(task, labels)
   out = np.zeros((len(labels), 5), np.float64)
   for i, (p, k, et) in enumerate(zip(pred, keep, gold)):
-    ep = metrics.entities(list(names[p[k]]))
+    ep = _entities(names, p[k], memo)
     out[i, :3] = len(ep & et), len(ep), len(et)
   out[:, 3], out[:, 4] = correct, total
   return out
 
 
 def example_stats(task, labels: np.ndarray, pred: np.ndarray, metric: str | None = None,
-                  *, gold=None):
+                  *, context=None):
   """Per-example sufficient statistics of `metric`, `[N, K]` float64.
 
   Returns None for Pearson/Spearman, which have none (see module docstring).
-  `gold`: the labels' entities from `_label_entities`, to reuse across seeds.
+  `context`: `_tagging_context(task, labels)`, to share across seeds.
   """
   metric = _metric(task, metric)
   labels, pred = np.asarray(labels), np.asarray(pred)
   if pred.shape != labels.shape:
     raise ValueError(f"Predictions {pred.shape} and labels {labels.shape} differ in shape.")
   if task.kind == "tagging":
-    return _tagging_stats(task, pred, labels, gold)
+    return _tagging_stats(task, pred, labels, context)
   if metric in ("pearson", "spearman"):
     return None
   if metric == "accuracy":
@@ -219,7 +232,8 @@ def seed_scores(task, labels: np.ndarray, preds, *, n_boot: int = 1000, seed: in
 
 
 def seed_scores_many(task, labels: np.ndarray, conditions: Sequence, *, n_boot: int = 1000,
-                     seed: int = 0, metric: str | None = None) -> list[tuple[np.ndarray, np.ndarray]]:
+                     seed: int = 0,
+                     metric: str | None = None) -> list[tuple[np.ndarray, np.ndarray]]:
   """`seed_scores` of several conditions on the same resamples, drawn once."""
   metric = _metric(task, metric)
   labels = np.asarray(labels)
@@ -228,8 +242,8 @@ def seed_scores_many(task, labels: np.ndarray, conditions: Sequence, *, n_boot: 
   n = len(labels)
   out = np.empty((n_boot, sum(sizes)), np.float64)
   row = 0
-  gold = _label_entities(task, labels)
-  stats = [example_stats(task, labels, p, metric, gold=gold) for c in preds for p in c]
+  context = _tagging_context(task, labels)
+  stats = [example_stats(task, labels, p, metric, context=context) for c in preds for p in c]
   if stats[0] is not None:
     full = aggregate(task, np.stack([s.sum(0) for s in stats]), metric)
     k = stats[0].shape[1]
