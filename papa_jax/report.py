@@ -1,0 +1,456 @@
+"""The PAPA report over models and tasks, with honest uncertainty.
+
+`write_report(experiments, out_dir)` writes `report.md`, `report.json`,
+`report.csv` and PNG figures (`papa_jax/report_figures.py`). Every score is
+recomputed from the saved dev predictions with the task's own metric
+(`papa_jax.uncertainty`); conditions that have only logged scores get a mean
+± std and no interval. Intervals: paired bootstrap over dev examples and
+probe seeds, percentile, per task on the RNG seed `task_seed(seed, task)`,
+so all models on a task are resampled on the same examples (model
+comparisons within a task are paired) and tasks are independent. Seed
+streams: 0 for the baseline, `condition_stream(variant, k)` otherwise;
+`uncertainty.paired_bootstrap(..., seed=task_seed(...), streams=(0,
+condition_stream(...)))` reproduces any interval of the report.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import math
+import os
+import re
+import zlib
+from typing import Sequence
+
+import numpy as np
+
+from papa_jax import uncertainty
+from papa_jax.data.tasks import Task
+from papa_jax.papa.schedule import PAPER_FRACTIONS
+
+PAPER_CLAIMS = (
+    "All heads constant: about 8% average relative drop (Hassid et al. 2022).",
+    "Half the heads constant (the first half of the learned order): almost no drop.",
+    "Better-performing models lose more from constant attention.",
+)
+CSV_FIELDS = ("model", "task", "metric", "variant", "static_heads", "total_heads", "fraction",
+              "mean", "std", "n_seeds", "score_ci_lo", "score_ci_hi", "relative_drop",
+              "relative_drop_ci_lo", "relative_drop_ci_hi", "within_noise", "source")
+
+
+@dataclasses.dataclass
+class Experiment:
+  """One model on one task: everything the report needs, as plain arrays.
+
+  Attributes:
+    model: display name, e.g. "all-MiniLM-L6-v2".
+    task: the task (its `headline_metric` is scored).
+    total_heads: layers x heads of the encoder.
+    labels: dev labels, `[N]` (classification, regression) or `[N, L]` with
+      -100 at unscored positions (tagging); None if only scores exist.
+    predictions: (variant, static_heads) -> {seed: dev predictions in the
+      layout of `labels`}; variant "raw" (PAPA) or "effective"; the
+      baseline is ("raw", 0) and serves every variant.
+    scores: (variant, static_heads) -> {seed: headline score as logged}.
+    means: `[layers, heads, L, L]` constant matrices (raw), or None.
+    gates: `[layers, heads]` learned gate logits (low = constant first), or None.
+    ranking: [[layer, head], ...] in the order heads become constant, or None
+      (then derived from `gates`).
+    train_examples: train-subset size the probes and means used.
+    eval_examples: dev-set size as the pipeline reported it.
+    seeds: probe seeds run (derived from the dicts when empty).
+  """
+  model: str
+  task: Task
+  total_heads: int
+  labels: np.ndarray | None = None
+  predictions: dict = dataclasses.field(default_factory=dict)
+  scores: dict = dataclasses.field(default_factory=dict)
+  means: np.ndarray | None = None
+  gates: np.ndarray | None = None
+  ranking: list | None = None
+  train_examples: int | None = None
+  eval_examples: int | None = None
+  seeds: tuple = ()
+
+
+def task_seed(seed: int, task_name: str) -> int:
+  """The bootstrap RNG seed of a task: one per task, shared by its models."""
+  return zlib.crc32(f"{seed}/{task_name}".encode())
+
+
+def condition_stream(variant: str, k: int) -> int:
+  """The seed-resampling stream of a condition (the baseline's is 0)."""
+  return 0 if k == 0 else zlib.crc32(f"{variant}/{k}".encode())
+
+
+def fraction_label(k: int, total: int) -> str:
+  """The schedule's nominal fraction ("1/2", "15/16") for k of total heads."""
+  for f in PAPER_FRACTIONS:
+    if int(np.floor(f * total + 1e-9)) == k:
+      return {0.0: "0", 1.0: "1", 0.5: "1/2", 0.875: "7/8", 0.9375: "15/16"}[f]
+  return f"{k}/{total}"
+
+
+def _seeds_of(exp: Experiment) -> tuple:
+  if exp.seeds:
+    return tuple(exp.seeds)
+  return tuple(sorted({s for d in (exp.predictions, exp.scores) for v in d.values() for s in v}))
+
+
+def _analyse(exp: Experiment, n_boot: int, seed: int, level: float) -> tuple[dict, dict]:
+  """Per-condition scores and drops of one experiment, and its drop replicates."""
+  task, metric = exp.task, exp.task.headline_metric
+  keys = sorted(set(exp.predictions) | set(exp.scores), key=lambda c: (c[1], c[0] != "raw", c[0]))
+  base_key = ("raw", 0) if ("raw", 0) in keys else next((c for c in keys if c[1] == 0), None)
+  warnings = [f"{exp.model}/{task.name}: {c[0]} k=0 ignored; the baseline is {base_key[0]} k=0."
+              for c in keys if c[1] == 0 and c != base_key]
+  keys = [c for c in keys if c[1] > 0 or c == base_key]
+  rng_seed = task_seed(seed, task.name)
+  boot_keys = [c for c in keys if exp.labels is not None and exp.predictions.get(c)]
+  scored = dict(zip(boot_keys, uncertainty.seed_scores_many(
+      task, exp.labels, [exp.predictions[c] for c in boot_keys], n_boot=n_boot, seed=rng_seed,
+      metric=metric))) if boot_keys else {}
+  conds, reps = {}, {}
+  for c in keys:
+    if c in scored:
+      full, b = scored[c]
+      seeds = sorted(exp.predictions[c])
+      reps[c] = uncertainty.seed_means(b, seed=rng_seed, stream=condition_stream(*c))
+      logged = exp.scores.get(c, {})
+      off = [s for s, v in zip(seeds, full) if s in logged and abs(logged[s] - v) > 1e-6]
+      if off:
+        warnings.append(f"{exp.model}/{task.name} {c[0]} k={c[1]}: logged scores of seeds {off} "
+                        "differ from the scores recomputed from predictions (> 1e-6); "
+                        "the report uses the recomputed ones.")
+      src, ci = "predictions", uncertainty.percentile_interval(reps[c], level)
+    else:
+      seeds = sorted(exp.scores[c])
+      full, src, ci = np.array([exp.scores[c][s] for s in seeds], np.float64), "logged", None
+    conds[c] = dict(variant=c[0], static_heads=c[1], fraction=c[1] / exp.total_heads,
+                    fraction_label=fraction_label(c[1], exp.total_heads),
+                    **uncertainty.seed_summary(full), seeds=dict(zip(seeds, full.tolist())),
+                    score_ci=ci, source=src)
+  drops = {}
+  for c, row in conds.items():
+    if c == base_key or base_key is None:
+      continue
+    base = conds[base_key]["mean"]
+    if base_key in reps and c in reps:
+      row.update(uncertainty.compare(reps[base_key], reps[c], base, row["mean"], level))
+      drops[c] = uncertainty.relative_drop(reps[base_key], reps[c])
+    else:
+      row.update(relative_drop=uncertainty.relative_drop(base, row["mean"]),
+                 relative_drop_ci=None, abs_diff=base - row["mean"], abs_diff_ci=None,
+                 within_noise=None)
+  n = len(exp.labels) if exp.labels is not None else exp.eval_examples
+  if exp.labels is not None and exp.eval_examples not in (None, len(exp.labels)):
+    warnings.append(f"{exp.model}/{task.name}: eval_examples={exp.eval_examples} but "
+                    f"{len(exp.labels)} labels; the labels are used.")
+  out = dict(model=exp.model, task=task.name, metric=metric, kind=task.kind, n_examples=n,
+             train_examples=exp.train_examples, eval_examples=exp.eval_examples,
+             seeds=list(_seeds_of(exp)), total_heads=exp.total_heads, rng_seed=rng_seed,
+             baseline=None if base_key is None else dict(conds[base_key], variant="raw"),
+             conditions=list(conds.values()), warnings=warnings)
+  out["summary"] = _summary(out, exp.total_heads)
+  return out, drops
+
+
+def _summary(exp: dict, total: int) -> list[dict]:
+  """Table rows per variant: baseline, all heads, half heads."""
+  by = {(c["variant"], c["static_heads"]): c for c in exp["conditions"]}
+  variants = _variants(v for v, k in by if k > 0) or ["raw"]
+  return [dict(variant=v, all=by.get((v, total)), half=by.get((v, total // 2)))
+          for v in variants]
+
+
+def _variants(names) -> list[str]:
+  return sorted(set(names), key=lambda v: (v != "raw", v))
+
+
+def _finite(x) -> bool:
+  return x is not None and math.isfinite(x)
+
+
+def _model_averages(results: list[dict], drops: list[dict], level: float) -> list[dict]:
+  """Per model, variant and (all, half): relative drop averaged over tasks."""
+  out = []
+  for model in dict.fromkeys(r["model"] for r in results):
+    mine = [(r, d) for r, d in zip(results, drops) if r["model"] == model]
+    for v in _variants(s["variant"] for r, _ in mine for s in r["summary"]):
+      for which in ("all", "half"):
+        rows = [(r["task"], s[which]["relative_drop"], d.get((v, s[which]["static_heads"])))
+                for r, d in mine for s in r["summary"]
+                if s["variant"] == v and s[which] and _finite(s[which].get("relative_drop"))]
+        if not rows:
+          continue
+        ci = within = None
+        if all(d is not None and np.all(np.isfinite(d)) for _, _, d in rows):
+          ci = uncertainty.percentile_interval(np.mean([d for _, _, d in rows], 0), level)
+          within = bool(ci[0] <= 0.0 <= ci[1])
+        out.append(dict(model=model, variant=v, heads=which, tasks=[t for t, _, _ in rows],
+                        mean_relative_drop=float(np.mean([x for _, x, _ in rows])), ci=ci,
+                        within_noise=within))
+  return out
+
+
+def _correlations(results: list[dict]) -> dict:
+  """Baseline score vs relative drop (all heads) across (model, task) pairs."""
+  out = {}
+  for v in _variants(s["variant"] for r in results for s in r["summary"]):
+    pairs = [dict(model=r["model"], task=r["task"], metric=r["metric"],
+                  baseline=r["baseline"]["mean"], relative_drop=s["all"]["relative_drop"],
+                  relative_drop_ci=s["all"].get("relative_drop_ci"))
+             for r in results for s in r["summary"]
+             if s["variant"] == v and r["baseline"] and s["all"] and "relative_drop" in s["all"]]
+    out[v] = dict(uncertainty.correlation([p["baseline"] for p in pairs],
+                                          [p["relative_drop"] for p in pairs]), pairs=pairs)
+  return out
+
+
+def _caveats(results: list[dict], averages: list[dict], corr: dict, level: float) -> list[str]:
+  """What the tables do not show, derived from the numbers."""
+  out = []
+  c = corr.get("raw")
+  if c is not None:
+    if c["n"] < 4:
+      out.append(f"Only {c['n']} (model, task) pairs: too few for any claim about whether "
+                 "better models lose more.")
+    elif not (c["pearson_p"] < 0.05 or c["spearman_p"] < 0.05):
+      out.append(f"Baseline vs drop: Pearson p = {c['pearson_p']:.2g}, Spearman p = "
+                 f"{c['spearman_p']:.2g} (n = {c['n']}): no evidence at the 5% level that "
+                 "better models lose more.")
+    if c["n"] >= 3:
+      out.append("The correlation's p-values treat (model, task) pairs as independent; pairs "
+                 "share models and tasks, so the p-values overstate the evidence.")
+    if len({p["task"] for p in c["pairs"]}) > 1:
+      out.append("The correlation pools tasks (" + ", ".join(sorted(
+          {p["metric"] for p in c["pairs"]})) + "): differences in scale and difficulty "
+                 "between tasks can produce it on their own; better models should be "
+                 "compared within a task.")
+  rows = [(r, x) for r in results for x in r["conditions"] if x.get("relative_drop_ci")]
+  noisy = [f"{r['model']}/{r['task']} {x['variant']} {x['fraction_label']}" for r, x in rows
+           if x["within_noise"]]
+  out.append(f"{len(noisy)} of {len(rows)} relative drops have a {100 * level:.0f}% interval "
+             "containing 0 (within noise)" + (": " + "; ".join(noisy) if noisy else "") + ".")
+  flat = [a for a in averages if a["within_noise"]]
+  if flat:
+    out.append("Per-model average drops within noise: " + "; ".join(
+        f"{a['model']} {a['variant']} {a['heads']} heads" for a in flat) + ".")
+  seeds = [x["n"] for r in results for x in r["conditions"]]
+  if 1 in seeds:
+    out.append("Some conditions have one seed: no seed spread (std \"–\"); their intervals "
+               "reflect dev-set sampling only.")
+  few = [n for n in seeds if 1 < n < 5]
+  if few:
+    out.append(f"As few as {min(few)} seeds per condition: the seed part of each interval "
+               "rests on that many values and is narrower than the seed noise it stands for.")
+  task_sets = {(a["variant"], a["heads"]): set() for a in averages}
+  for a in averages:
+    task_sets[a["variant"], a["heads"]].add(tuple(sorted(a["tasks"])))
+  if any(len(t) > 1 for t in task_sets.values()):
+    out.append("Per-model averages cover different task sets (see the tasks column), so they "
+               "are not directly comparable between models.")
+  logged = [f"{r['model']}/{r['task']} {x['variant']} {x['fraction_label']}" for r in results
+            for x in r["conditions"] if x["source"] == "logged"]
+  if logged:
+    out.append("No predictions, so no interval, for: " + "; ".join(logged) + ".")
+  undefined = [f"{r['model']}/{r['task']}" for r in results
+               if r["baseline"] and not r["baseline"]["mean"] > 0]
+  if undefined:
+    out.append("Relative drop undefined (baseline <= 0) for: " + "; ".join(undefined) + ".")
+  missing = [f"{r['model']}/{r['task']} {s['variant']} {w} heads" for r in results
+             for s in r["summary"] for w in ("all", "half") if s[w] is None]
+  missing += [f"{r['model']}/{r['task']} baseline" for r in results if r["baseline"] is None]
+  if missing:
+    out.append("Not run (shown as \"–\"): " + "; ".join(missing) + ".")
+  out.append("Intervals cover dev-set sampling and probe seeds only. The constant matrices "
+             "(one pass over a train subset), the head order (one sorting run), the train "
+             "subset and the encoder are held fixed; their variability is not included.")
+  return out
+
+
+def analyse(experiments: Sequence[Experiment], *, n_boot: int = 1000, seed: int = 0,
+            level: float = 0.95) -> dict:
+  """Everything in the report, JSON-ready (NaN where undefined)."""
+  names = [(e.model, e.task.name) for e in experiments]
+  if len(set(names)) != len(names):
+    raise ValueError(f"Duplicate (model, task) experiments: {names}.")
+  done = [_analyse(e, n_boot, seed, level) for e in experiments]
+  results, drops = [r for r, _ in done], [d for _, d in done]
+  averages = _model_averages(results, drops, level)
+  corr = _correlations(results)
+  return dict(
+      settings=dict(n_boot=n_boot, level=level, method="percentile", seed=seed,
+                    resampling="paired bootstrap: dev examples (sentences for tagging) with "
+                    "replacement, the same for every condition of a task; probe seeds with "
+                    "replacement, independently per condition; metric recomputed per "
+                    "resample, averaged over the drawn seeds"),
+      paper_claims=list(PAPER_CLAIMS), experiments=results, model_averages=averages,
+      correlation=corr, caveats=_caveats(results, averages, corr, level),
+      warnings=[w for r in results for w in r["warnings"]])
+
+
+def _jsonable(x):
+  if isinstance(x, dict):
+    return {str(k): _jsonable(v) for k, v in x.items()}
+  if isinstance(x, (list, tuple)):
+    return [_jsonable(v) for v in x]
+  if isinstance(x, (np.floating, float)):
+    return float(x) if math.isfinite(x) else None
+  if isinstance(x, np.integer):
+    return int(x)
+  if isinstance(x, np.bool_):
+    return bool(x)
+  return x
+
+
+def _num(v, pct: bool = False) -> str:
+  if v is None or (isinstance(v, float) and not math.isfinite(v)):
+    return "–"
+  return f"{100 * v:.2f}%" if pct else f"{v:.4f}"
+
+
+def _score(c: dict | None) -> str:
+  return "–" if c is None else f"{_num(c['mean'])} ± {_num(c['std'])}"
+
+
+def _drop(c: dict | None) -> str:
+  if c is None or "relative_drop" not in c:
+    return "–"
+  if not math.isfinite(c["relative_drop"]):
+    return "undefined (baseline <= 0)"
+  ci = c.get("relative_drop_ci")
+  text = _num(c["relative_drop"], pct=True)
+  if ci is not None:
+    text += f" [{_num(ci[0], True)}, {_num(ci[1], True)}]"
+  return text + (" (within noise)" if c.get("within_noise") else "")
+
+
+def markdown(report: dict, figures: dict[str, str] | None = None) -> str:
+  """`report.md`: the tables, how to read them, and their limits."""
+  st = report["settings"]
+  lv = f"{100 * st['level']:.0f}%"
+  exps = report["experiments"]
+  lines = [
+      "# PAPA report: constant attention vs input-dependent attention", "",
+      "Each probe is trained on a frozen encoder whose first k heads in the learned order "
+      "use a constant attention matrix (their mean over training data); the baseline "
+      "(0 heads constant) uses input-dependent attention.", "",
+      "**Columns.** *baseline*, *all heads*, *half heads*: the task's headline metric on the "
+      "dev set, mean ± sample std over probe seeds (\"± –\": one seed, no spread). "
+      f"*relative drop*: (baseline − score) / baseline from the seed means, with its {lv} "
+      "interval in brackets; \"(within noise)\" marks an interval that contains 0: such a "
+      "drop is not a finding. *N*: dev examples (sentences for tagging). \"–\": not run.", "",
+      f"**Intervals.** {st['resampling']}; B = {st['n_boot']} replicates, {st['method']} "
+      f"{lv} intervals, RNG seed {st['seed']} (per-task seeds in report.json).", "",
+      "| model | task | metric | N | train examples | seeds |", "|---|---|---|---|---|---|"]
+  for r in exps:
+    lines.append(f"| {r['model']} | {r['task']} | {r['metric']} | {r['n_examples'] or '–'} | "
+                 f"{r['train_examples'] or '–'} | {', '.join(map(str, r['seeds'])) or '–'} |")
+  lines += ["", "## The paper's reference claims", "",
+            "What Hassid et al. (Findings of EMNLP 2022) report, to compare the tables with "
+            "(no verdict is implied here):", ""] + [f"- {c}" for c in report["paper_claims"]]
+  lines += ["", "## Baseline, all heads and half heads constant", "",
+            "| model | task | constant attention | baseline | all heads | relative drop "
+            f"[{lv}] | half heads | relative drop [{lv}] |", "|---|---|---|---|---|---|---|---|"]
+  for r in exps:
+    for s in r["summary"]:
+      lines.append(f"| {r['model']} | {r['task']} | {s['variant']} | {_score(r['baseline'])} | "
+                   f"{_score(s['all'])} | {_drop(s['all'])} | {_score(s['half'])} | "
+                   f"{_drop(s['half'])} |")
+  fracs = {c["fraction_label"]: c["fraction"] for r in exps for c in r["conditions"]}
+  labels = sorted(fracs, key=fracs.get)
+  lines += ["", "## Score at each fraction of constant heads (mean ± std over seeds)", "",
+            "| model | task | constant attention | " + " | ".join(labels) + " |",
+            "|---|---|---|" + "---|" * len(labels)]
+  for r in exps:
+    for s in r["summary"]:
+      by = {c["fraction_label"]: c for c in r["conditions"] if c["variant"] == s["variant"]}
+      by.setdefault("0", r["baseline"])
+      lines.append(f"| {r['model']} | {r['task']} | {s['variant']} | "
+                   + " | ".join(_score(by.get(lb)) for lb in labels) + " |")
+  lines += ["", "## Average relative drop per model", "",
+            "Averaged over the model's tasks; the interval averages the per-replicate drops "
+            "over tasks (tasks resampled independently).", "",
+            f"| model | constant attention | heads | tasks | mean relative drop [{lv}] |",
+            "|---|---|---|---|---|"]
+  for a in report["model_averages"]:
+    ci = "" if a["ci"] is None else f" [{_num(a['ci'][0], True)}, {_num(a['ci'][1], True)}]"
+    lines.append(f"| {a['model']} | {a['variant']} | {a['heads']} | {len(a['tasks'])} | "
+                 f"{_num(a['mean_relative_drop'], True)}{ci}"
+                 f"{' (within noise)' if a['within_noise'] else ''} |")
+  lines += ["", "## Do better models lose more?", "",
+            "Baseline score against relative drop (all heads constant), across (model, task) "
+            "pairs:", "", "| constant attention | n | Pearson r (p) | Spearman r (p) | note |",
+            "|---|---|---|---|---|"]
+  for v, c in report["correlation"].items():
+    fmt = lambda r, p: "–" if not math.isfinite(r) else f"{r:.2f} ({p:.2g})"
+    lines.append(f"| {v} | {c['n']} | {fmt(c['pearson_r'], c['pearson_p'])} | "
+                 f"{fmt(c['spearman_r'], c['spearman_p'])} | {c['note'] or ''} |")
+  lines += ["", "## What these numbers do not show", ""] + [f"- {c}" for c in report["caveats"]]
+  if report["warnings"]:
+    lines += ["", "## Warnings", ""] + [f"- {w}" for w in report["warnings"]]
+  if figures:
+    lines += ["", "## Figures", ""] + [f"![{k}]({os.path.basename(p)})"
+                                       for k, p in figures.items()]
+  return "\n".join(lines) + "\n"
+
+
+def _csv_rows(report: dict) -> list[dict]:
+  rows = []
+  for r in report["experiments"]:
+    for c in r["conditions"]:
+      ci, sci = c.get("relative_drop_ci") or (None, None), c["score_ci"] or (None, None)
+      rows.append(dict(model=r["model"], task=r["task"], metric=r["metric"],
+                       variant=c["variant"], static_heads=c["static_heads"],
+                       total_heads=r["total_heads"], fraction=c["fraction"], mean=c["mean"],
+                       std=c["std"], n_seeds=c["n"], score_ci_lo=sci[0], score_ci_hi=sci[1],
+                       relative_drop=c.get("relative_drop"), relative_drop_ci_lo=ci[0],
+                       relative_drop_ci_hi=ci[1], within_noise=c.get("within_noise"),
+                       source=c["source"]))
+  return [{k: "" if v is None or (isinstance(v, float) and not math.isfinite(v)) else v
+           for k, v in row.items()} for row in rows]
+
+
+def _slug(*parts: str) -> str:
+  return "_".join(re.sub(r"[^A-Za-z0-9.-]+", "-", p).strip("-") for p in parts)
+
+
+def write_report(experiments: Sequence[Experiment], out_dir: str, *, n_boot: int = 1000,
+                 seed: int = 0, level: float = 0.95) -> dict[str, str]:
+  """Writes report.md/.json/.csv and the figures under `out_dir`; returns their paths.
+
+  Keys: "md", "json", "csv", "curves", "scatter", and "means/<model>/<task>",
+  "gates/<model>/<task>" for experiments that have constant matrices / gates.
+  """
+  from papa_jax import report_figures  # pylint: disable=import-outside-toplevel
+  os.makedirs(out_dir, exist_ok=True)
+  report = analyse(experiments, n_boot=n_boot, seed=seed, level=level)
+  paths = {k: os.path.join(out_dir, f) for k, f in (
+      ("md", "report.md"), ("json", "report.json"), ("csv", "report.csv"))}
+  figures = {"curves": os.path.join(out_dir, "curves.png"),
+             "scatter": os.path.join(out_dir, "baseline_vs_drop.png")}
+  report_figures.curves(report, figures["curves"])
+  report_figures.scatter(report, figures["scatter"])
+  for e, r in zip(experiments, report["experiments"]):
+    slug = _slug(e.model, e.task.name)
+    if e.means is not None:
+      figures[f"means/{e.model}/{e.task.name}"] = p = os.path.join(out_dir, f"means_{slug}.png")
+      report_figures.means_grid(np.asarray(e.means), p, f"{e.model} / {e.task.name}")
+    if e.gates is not None or e.ranking is not None:
+      ks = sorted({c["static_heads"] for c in r["conditions"] if c["static_heads"] > 0})
+      figures[f"gates/{e.model}/{e.task.name}"] = p = os.path.join(out_dir, f"gates_{slug}.png")
+      report_figures.gate_map(e.gates, e.ranking, ks, e.total_heads, p,
+                              f"{e.model} / {e.task.name}")
+  with open(paths["json"], "w") as f:
+    json.dump(_jsonable(report), f, indent=1)
+  with open(paths["csv"], "w", newline="") as f:
+    w = csv.DictWriter(f, fieldnames=CSV_FIELDS)
+    w.writeheader()
+    w.writerows(_csv_rows(report))
+  with open(paths["md"], "w") as f:
+    f.write(markdown(report, figures))
+  return dict(paths, **figures)
