@@ -95,6 +95,13 @@ def is_main_process() -> bool:
   return jax.process_index() == 0
 
 
+def sync(tag: str) -> None:
+  """Waits until every process gets here (after process 0 wrote files the others read)."""
+  if jax.process_count() > 1:
+    from jax.experimental import multihost_utils  # pylint: disable=import-outside-toplevel
+    multihost_utils.sync_global_devices(tag)
+
+
 def map_batches(fn: Callable[[dict], Any], data, *, batch_size: int, mesh: Mesh,
                 start: int = 0, desc: str = "", every: int = 20
                 ) -> Iterator[tuple[int, Any, np.ndarray]]:

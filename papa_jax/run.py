@@ -353,5 +353,6 @@ def run(config: ml_collections.ConfigDict, workdir: str):
     for name in PLANS.get(config.stage, (config.stage,)):
       t0 = time.perf_counter()
       out = STAGES[name](s)
+      parallel.sync(f"stage {name} written")  # Later stages read what process 0 wrote.
       logging.info("Stage %s finished in %.1fs.", name, time.perf_counter() - t0)
   return out

@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -44,21 +45,29 @@ def _run(args, timeout=600, env=None):
   return out
 
 
+def _signal_when(args, path, sig=signal.SIGKILL, timeout=300, env=None):
+  """Starts the run, sends `sig` as soon as `path` exists; returns (status, log)."""
+  with tempfile.TemporaryFile("w+") as log:
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=log, text=True,
+                            env=env or _env())
+    t0 = time.time()
+    while not os.path.exists(path):
+      if proc.poll() is not None:
+        log.seek(0)
+        raise AssertionError(f"run ended before {path} appeared:\n{log.read()[-3000:]}")
+      if time.time() - t0 > timeout:
+        proc.kill()
+        raise AssertionError(f"{path} never appeared")
+      time.sleep(0.05)
+    proc.send_signal(sig)
+    proc.wait(timeout=timeout)
+    log.seek(0)
+    return proc.returncode, log.read()
+
+
 def _kill_when(args, path, timeout=300, env=None):
   """Starts the run and SIGKILLs it as soon as `path` exists."""
-  proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                          env=env or _env())
-  t0 = time.time()
-  while not os.path.exists(path):
-    if proc.poll() is not None:
-      raise AssertionError(f"run ended before {path} appeared:\n{proc.stderr.read()[-3000:]}")
-    if time.time() - t0 > timeout:
-      proc.kill()
-      raise AssertionError(f"{path} never appeared")
-    time.sleep(0.05)
-  proc.send_signal(signal.SIGKILL)
-  proc.wait()
-  return proc.returncode
+  return _signal_when(args, path, signal.SIGKILL, timeout, env)[0]
 
 
 def _results(workdir):
@@ -111,6 +120,31 @@ def test_resume_after_sigkill_in_means_and_in_training(reference):
   assert np.abs(ref["avgs"] - got["avgs"]).max() <= 1e-6
   np.testing.assert_array_equal(ref["counts"], got["counts"])
   assert _results(killed)[0] == _results(wd)[0]
+
+
+def test_resume_after_sigterm_in_means_and_mid_epoch(reference):
+  """Preemption: SIGTERM checkpoints (means partial sums, or the probe within its
+  epoch), exits with status 75, and the rerun ends as the uninterrupted run."""
+  tmp, wd = reference
+  pre = tmp / "preempted"
+  (pre / "means").mkdir(parents=True)
+  args = _args(str(pre), "", ["--config.run.checkpoint_every_steps=7"])
+  rc, log = _signal_when(args, str(pre / "means" / "means_raw.partial.npz"), signal.SIGTERM)
+  assert rc == 75, log[-3000:]
+  assert "Rerun the same command to resume" in log
+  assert not (pre / "means" / "means_raw.npz").exists()
+  ckpt = pre / "probe" / "raw_k0_s42" / "checkpoints"
+  rc, log = _signal_when(args, str(ckpt / "7"), signal.SIGTERM)  # Step 7 of 30 in epoch 1.
+  assert rc == 75, log[-3000:]
+  assert "resuming at batch" in log  # The means pass resumed from its partial sums.
+  steps = sorted(int(p) for p in os.listdir(ckpt) if p.isdigit())
+  assert 7 < steps[-1] < 30  # A checkpoint written on SIGTERM, within the first epoch.
+  out = _run(args)
+  assert f"resumed after epoch 0, step {steps[-1]} of epoch 1" in out.stderr
+  ref = np.load(wd / "means" / "means_raw.npz")
+  got = np.load(pre / "means" / "means_raw.npz")
+  assert np.abs(ref["avgs"] - got["avgs"]).max() <= 1e-6
+  assert _results(pre)[0] == _results(wd)[0]  # Scores identical to the uninterrupted run.
 
 
 def _free_port():
@@ -173,6 +207,50 @@ def test_multiprocess_effective_stage_equals_single_process(tmp_path, minilm):
   for key in ("mass_raw/all", "mass_eff/all", "js/all", "corr/all", "null_ratio/all"):
     np.testing.assert_allclose(np.asarray(two[key], float), np.asarray(one[key], float),
                                atol=2e-5, err_msg=key)
+
+
+def _pipeline_args(workdir, extra=()):
+  """Every stage on a small run: means, sort (a half-heads fraction), cached probes."""
+  return [sys.executable, MAIN, "--config=" + os.path.join(ROOT, "configs", "quickstart.py"),
+          f"--workdir={workdir}", f"--config.data.data_dir={require_shared('data', 'sst2')}",
+          "--config.data.max_length=32", "--config.data.max_train_examples=96",
+          "--config.data.max_eval_examples=40", "--config.run.batch_size=16",
+          "--config.papa.fractions=(0.0,0.5,1.0)", "--config.papa.seeds=(1,2)",
+          "--config.sort.epochs=1", "--config.sort.max_train_examples=-1",
+          "--config.probe.epochs=2", *extra]
+
+
+def test_multiprocess_whole_pipeline_equals_single_process(tmp_path, minilm):
+  """Two processes (one device each) vs one process with two devices: the same mesh,
+  so means agree to 1e-6 and every score, ranking and example count is identical."""
+  del minilm
+  one, two = tmp_path / "one", tmp_path / "two"
+  _run(_pipeline_args(one), env=_env(devices=2), timeout=900)
+  _run(_pipeline_args(one, ["--config.stage=effective"]), env=_env(devices=2))
+  _run_two_processes(lambda pid, port: _pipeline_args(two, _distributed(port, pid)))
+  _run_two_processes(lambda pid, port: _pipeline_args(
+      two, ["--config.stage=effective", *_distributed(port, pid)]))
+  a, b = np.load(one / "means" / "means_raw.npz"), np.load(two / "means" / "means_raw.npz")
+  assert np.abs(a["avgs"] - b["avgs"]).max() <= 1e-6
+  np.testing.assert_array_equal(a["counts"], b["counts"])
+  assert (json.loads(str(a["metadata"]))["num_examples"]
+          == json.loads(str(b["metadata"]))["num_examples"] == 96)
+  assert (json.load(open(one / "sort" / "sorted_heads.json"))
+          == json.load(open(two / "sort" / "sorted_heads.json")))
+  rows_a, res_a = _results(one)
+  rows_b, res_b = _results(two)
+  assert rows_a == rows_b and len(rows_a) == 6  # 3 static-head counts x 2 seeds.
+  assert res_b["processes"] == 2 and res_a["processes"] == 1
+  for r in res_a["rows"] + res_b["rows"]:
+    assert (r["examples"], r["eval_examples"]) == (96, 40)
+  for run_dir in os.listdir(one / "probe"):
+    pa = np.load(one / "probe" / run_dir / "predictions.npz")
+    pb = np.load(two / "probe" / run_dir / "predictions.npz")
+    np.testing.assert_array_equal(pa["predictions"], pb["predictions"])
+  ea = json.load(open(one / "effective" / "stats.json"))
+  eb = json.load(open(two / "effective" / "stats.json"))
+  assert ea["count/all"] == eb["count/all"] == ea["summary"]["examples"]
+  np.testing.assert_allclose(eb["null_ratio/all"], ea["null_ratio/all"], atol=2e-5)
 
 
 @pytest.mark.parametrize("flag,message", [

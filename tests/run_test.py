@@ -126,3 +126,25 @@ def test_run_end_to_end_ner_token_tagging(tmp_path, minilm):
   assert [r["static_heads"] for r in rows] == [0, 72]
   assert rows[0]["metric"] == "f1" and set(rows[0]["scores"]) == {"f1", "precision", "recall", "accuracy"}
   assert not os.path.exists(tmp_path / "ner" / "sort" / "sorted_heads.json")  # Not needed.
+
+
+def test_run_failed_on_a_data_error_then_fixed_runs_in_the_same_workdir(tmp_path, minilm):
+  del minilm
+  bad = tmp_path / "bad"
+  bad.mkdir()
+  good = require_shared("data", "sst2")
+  (bad / "dev.tsv").write_bytes(open(good / "dev.tsv", "rb").read())
+  (bad / "train.tsv").write_text("sentence\tlabel\na fine movie \t1\na bad one \tmaybe\n")
+  wd = tmp_path / "wd"
+  with pytest.raises(DataError, match="maybe"):
+    run.run(tiny_config(tmp_path, **{"data.data_dir": str(bad), "stage": "means"}), str(wd))
+  assert not (wd / "config.json").exists()  # Nothing written before the data was checked.
+  run.run(tiny_config(tmp_path, **{"stage": "means"}), str(wd))
+  assert (wd / "means" / "means_raw.npz").exists()
+
+
+def test_invalid_workdir_is_an_existing_file(tmp_path):
+  path = tmp_path / "file"
+  path.write_text("x")
+  with pytest.raises(run.ConfigError, match="exists and is not a directory"):
+    run.run(tiny_config(tmp_path), str(path))
