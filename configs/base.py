@@ -31,10 +31,14 @@ def get_config() -> ml_collections.ConfigDict:
       name="bert-base-uncased",  # Hub id, packaged model id, or local directory.
   ))
   c.data = ml_collections.ConfigDict(dict(
+      # A built-in task (cola sst2 mrpc qqp stsb mnli qnli rte wnli ner pos chunk udpos),
+      # or 'custom': the task declared in data.custom below (docs/tasks.md).
       task="sst2",
-      source="local",  # local (official files via the project's TFDS builder) | tfds (catalog)
-      data_dir="",  # Local files; '' means $PAPA_SHARED/data/<task folder>.
-      tfds_dir="",  # Prepared TFDS data; '' means $PAPA_CACHE/tfds (~/.cache/papa_jax).
+      source="local",  # local (the task's files, read directly) | tfds (catalog, built-ins)
+      # Local files; '' means $PAPA_SHARED/data/<task folder> (udpos: required, a UD
+      # treebank directory; custom: the working directory).
+      data_dir="",
+      tfds_dir="",  # TFDS catalog data; '' means $PAPA_CACHE/tfds (~/.cache/papa_jax).
       max_length=64,
       papa_layout=True,  # Fixed positional layout (spec §3).
       faithful_segment_ids=True,  # Keep the original code's segment ids (spec §10.3).
@@ -42,6 +46,35 @@ def get_config() -> ml_collections.ConfigDict:
       max_eval_examples=-1,
       subsample_seed=0,
       skip_malformed=False,  # Skip (and count) malformed rows instead of failing.
+      # Read only when task='custom'. Tuples are Python literals on the command line:
+      # --config.data.custom.text_fields="('question', 'answer')".
+      custom=ml_collections.ConfigDict(dict(
+          name="",  # Shown in results; '' means 'custom'. Not a built-in task's name.
+          format="",  # csv | tsv | jsonl | conll | conllu
+          kind="classification",  # classification | regression | tagging (conll, conllu)
+          # Split files, relative to data_dir (or absolute); test is optional.
+          train="", validation="", test="",
+          header=True,  # csv/tsv: the first row names the columns.
+          quoting="",  # csv/tsv: '' = the format's (csv: rfc4180, tsv: none) | rfc4180 | none
+          # csv/tsv/jsonl: the one (single text) or two (pair) text fields and the label:
+          # header names or JSON keys; with header=False, 0-based column numbers as
+          # strings, e.g. ('3',) and '1'.
+          text_fields=(),
+          label_field="",
+          # Labels (tags) in label-id order, spelled as in the files; () collects them
+          # from the train split, sorted (numerically if all are integers).
+          label_names=(),
+          # () = per kind: classification accuracy; regression pearson, spearman;
+          # tagging entity f1, precision, recall, accuracy if the tags are IOB-like,
+          # else token accuracy. The first is the headline. Classification: accuracy,
+          # f1 (binary, of the second label), matthews_correlation. Tagging: a subset
+          # of (f1, precision, recall, accuracy) with f1 (entities), or ('accuracy',).
+          metrics=(),
+          token_column=0,  # conll: the token's column (0-based).
+          tag_column=-1,  # conll: the tag's column; negative counts from the last.
+          separator="whitespace",  # conll: whitespace (spaces and tabs) | tab
+          tag_field="upos",  # conllu: upos | xpos
+      )),
   ))
   c.mesh = ml_collections.ConfigDict(dict(num_devices=-1))  # -1: every device.
   c.distributed = ml_collections.ConfigDict(dict(

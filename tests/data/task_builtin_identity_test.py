@@ -32,10 +32,8 @@ OLD = [  # task, shared folder, split, records, digest
     ("pos", "conll2003", "validation", 3250, "11207c7ef2afd67a"),
     ("pos", "conll2003", "test", 3453, "c39530203f3058e0"),
     ("chunk", "conll2003", "validation", 3250, "ed79512dc18d2053"),
-    pytest.param("mrpc", "mrpc", "train", 3668, "268027d723962bd2",
-                 marks=pytest.mark.xfail(strict=True, reason="old reader rejects the BOM")),
-    pytest.param("mrpc", "mrpc", "validation", 408, "a819259012b49ccd",
-                 marks=pytest.mark.xfail(strict=True, reason="old reader rejects the BOM")),
+    ("mrpc", "mrpc", "train", 3668, "268027d723962bd2"),
+    ("mrpc", "mrpc", "validation", 408, "a819259012b49ccd"),
 ]
 
 
