@@ -47,7 +47,8 @@ def test_format_csv_crlf_inside_quotes_is_kept_and_counted(tmp_path):
 
 
 def test_format_csv_without_header_by_column_number(tmp_path):
-  write(tmp_path, "t.csv", '"a, b",x,1\nc,"y",0\n\n')  # A trailing blank line is skipped.
+  # Labels are compared without surrounding spaces; a trailing blank line is skipped.
+  write(tmp_path, "t.csv", '"a, b",x, 1\nc,"y",0 \n\n')
   cfg = custom_config(tmp_path, format="csv", header=False, train="t.csv", validation="t.csv",
                       text_fields=("0", "1"), label_field="2")
   recs = data.load_records(cfg, "train")
