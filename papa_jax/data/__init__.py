@@ -22,10 +22,12 @@ from papa_jax.data.tasks import TASKS, Task, get_task
 
 __all__ = ["IGNORE", "TASKS", "DataError", "Encoded", "Task", "TaskConfigError",
            "check_config", "check_files", "data_dir", "get_task", "load_records",
-           "load_split", "resolve_task", "subsample"]
+           "load_split", "resolve_task", "subsample", "subsample_indices"]
+
 
 def tfds_dir(data_cfg) -> str:
-  return data_cfg.tfds_dir or os.path.join(
+  """Where TFDS data is prepared: `data.tfds_dir`, else `$PAPA_CACHE/tfds` (~/.cache/papa_jax)."""
+  return data_cfg.get("tfds_dir", "") or os.path.join(
       os.environ.get("PAPA_CACHE", os.path.expanduser("~/.cache/papa_jax")), "tfds")
 
 
@@ -62,12 +64,16 @@ def load_records(data_cfg, split: str) -> list[dict]:
   return _records(resolve_task(data_cfg), data_cfg, split)
 
 
+def subsample_indices(total: int, n: int, seed: int) -> np.ndarray:
+  """Indices of a seeded random subset of size n, ascending (n <= 0: all)."""
+  if n <= 0 or n >= total:
+    return np.arange(total)
+  return np.sort(np.random.default_rng(seed).permutation(total)[:n])
+
+
 def subsample(records: list[dict], n: int, seed: int) -> list[dict]:
   """A seeded random subset of size n, kept in file order (n <= 0: all)."""
-  if n <= 0 or n >= len(records):
-    return records
-  keep = np.sort(np.random.default_rng(seed).permutation(len(records))[:n])
-  return [records[i] for i in keep]
+  return [records[i] for i in subsample_indices(len(records), n, seed)]
 
 
 def load_split(data_cfg, split: str, tokenizer, type_vocab_size: int,
