@@ -41,9 +41,13 @@ def get_config() -> ml_collections.ConfigDict:
       name="bert-base-uncased",  # Hub id, packaged model id, or local directory.
   ))
   c.data = ml_collections.ConfigDict(dict(
+      # A built-in task (cola sst2 mrpc qqp stsb mnli qnli rte wnli ner pos chunk udpos),
+      # or 'custom': the task declared in data.custom below (docs/tasks.md).
       task="sst2",
-      source="local",  # local (official files) | tfds (the TFDS catalog, needs network)
-      data_dir="",  # Local files; '' means $PAPA_SHARED/data/<task folder>.
+      source="local",  # local (the task's files, read directly) | tfds (catalog, built-ins)
+      # Local files; '' means $PAPA_SHARED/data/<task folder> (udpos: required, a UD
+      # treebank directory; custom: the working directory).
+      data_dir="",
       max_length=64,
       papa_layout=True,  # Fixed positional layout (spec §3).
       faithful_segment_ids=True,  # Keep the original code's segment ids (spec §10.3).
@@ -51,6 +55,35 @@ def get_config() -> ml_collections.ConfigDict:
       max_eval_examples=-1,
       subsample_seed=0,
       skip_malformed=False,  # Skip (and count) malformed rows instead of failing.
+      # Read only when task='custom'. Tuples are Python literals on the command line:
+      # --config.data.custom.text_fields="('question', 'answer')".
+      custom=ml_collections.ConfigDict(dict(
+          name="",  # Shown in results; '' means 'custom'. Not a built-in task's name.
+          format="",  # csv | tsv | jsonl | conll | conllu
+          kind="classification",  # classification | regression | tagging (conll, conllu)
+          # Split files, relative to data_dir (or absolute); test is optional.
+          train="", validation="", test="",
+          header=True,  # csv/tsv: the first row names the columns.
+          quoting="",  # csv/tsv: '' = the format's (csv: rfc4180, tsv: none) | rfc4180 | none
+          # csv/tsv/jsonl: the one (single text) or two (pair) text fields and the label:
+          # header names or JSON keys; with header=False, 0-based column numbers as
+          # strings, e.g. ('3',) and '1'.
+          text_fields=(),
+          label_field="",
+          # Labels (tags) in label-id order, spelled as in the files; () collects them
+          # from the train split, sorted (numerically if all are integers).
+          label_names=(),
+          # () = per kind: classification accuracy; regression pearson, spearman;
+          # tagging entity f1, precision, recall, accuracy if the tags are IOB-like,
+          # else token accuracy. The first is the headline. Classification: accuracy,
+          # f1 (binary, of the second label), matthews_correlation. Tagging: a subset
+          # of (f1, precision, recall, accuracy) with f1 (entities), or ('accuracy',).
+          metrics=(),
+          token_column=0,  # conll: the token's column (0-based).
+          tag_column=-1,  # conll: the tag's column; negative counts from the last.
+          separator="whitespace",  # conll: whitespace (spaces and tabs) | tab
+          tag_field="upos",  # conllu: upos | xpos
+      )),
   ))
   c.papa = ml_collections.ConfigDict(dict(
       fractions=(0.0, 0.5, 0.875, 0.9375, 1.0),  # Of all heads, taken in sorted order.
@@ -158,10 +191,7 @@ def validate(config: ml_collections.ConfigDict) -> None:
   if config.stage not in STAGES:
     raise ConfigError(f"stage={config.stage!r}; choose one of {STAGES}.")
   from papa_jax import data  # pylint: disable=import-outside-toplevel
-  try:
-    data.get_task(config.data.task)
-  except ValueError as e:
-    raise ConfigError(f"data.task: {e}") from e
+  data.check_config(config.data)  # Raises TaskConfigError, a ConfigError.
   if config.data.source not in ("local", "tfds"):
     raise ConfigError(f"data.source={config.data.source!r}; use 'local' or 'tfds'.")
   if config.data.max_length < 4:

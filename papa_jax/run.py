@@ -44,7 +44,7 @@ class Setup:
 
   def __init__(self, config: ml_collections.ConfigDict, workdir: str):
     self.config, self.workdir = config, workdir
-    self.task = data_lib.get_task(config.data.task)
+    self.task = data_lib.resolve_task(config.data)
     data_lib.check_files(config.data, self.splits_needed())
     self.model = convert.load_pretrained(config.model.name)
     mc = self.model.config

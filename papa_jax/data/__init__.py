@@ -1,4 +1,11 @@
-"""Task data: records from TFDS (local files or catalog) -> fixed-length arrays."""
+"""Task data: a declared task's files (or the TFDS catalog) -> fixed-length arrays.
+
+A task is data (`tasks.Task`): a built-in entry of `TASKS`, or one declared in
+`config.data.custom` (`data.task="custom"`). `resolve_task(config.data)` gives
+the complete task (with labels collected from the train split when not listed);
+`check_files` fails fast when a split's file is missing; `load_split` gives a
+split's `Encoded` arrays.
+"""
 
 from __future__ import annotations
 
@@ -7,47 +14,54 @@ import os
 import numpy as np
 from absl import logging
 
-from papa_jax import shared
 from papa_jax.data import readers, sources
+from papa_jax.data.declare import check_config, data_dir, resolve_task
+from papa_jax.data.errors import DataError, TaskConfigError
 from papa_jax.data.preprocess import IGNORE, Encoded, encode
-from papa_jax.data.readers import DataError
 from papa_jax.data.tasks import TASKS, Task, get_task
 
-__all__ = ["IGNORE", "TASKS", "DataError", "Encoded", "Task", "get_task",
-           "data_dir", "load_records", "load_split", "check_files", "subsample",
-           "subsample_indices"]
-
-
-def data_dir(data_cfg) -> str:
-  """The local directory of the task's files (`data.data_dir` or shared)."""
-  task = get_task(data_cfg.task)
-  return data_cfg.data_dir or str(shared.data_dir(task.local_subdir))
+__all__ = ["IGNORE", "TASKS", "DataError", "Encoded", "Task", "TaskConfigError",
+           "check_config", "check_files", "data_dir", "get_task", "load_records",
+           "load_split", "resolve_task", "subsample", "subsample_indices"]
 
 
 def tfds_dir(data_cfg) -> str:
-  """Where TFDS data is prepared: `$PAPA_CACHE/tfds` (default ~/.cache/papa_jax/tfds)."""
+  """Where TFDS data is prepared: `data.tfds_dir`, else `$PAPA_CACHE/tfds` (~/.cache/papa_jax)."""
   return data_cfg.get("tfds_dir", "") or os.path.join(
       os.environ.get("PAPA_CACHE", os.path.expanduser("~/.cache/papa_jax")), "tfds")
 
 
 def check_files(data_cfg, splits) -> None:
-  """Fails fast (before any model work) if the local files are not there."""
-  task = get_task(data_cfg.task)
+  """Fails fast (before any model work) if the config or a split's file is wrong."""
+  task = check_config(data_cfg)
   if data_cfg.source == "local":
+    directory = data_dir(data_cfg, task)
     for split in splits:
-      readers.split_path(task, data_dir(data_cfg), split)
-  elif data_cfg.source != "tfds":
-    raise ValueError(f"data.source must be 'local' or 'tfds', not {data_cfg.source!r}.")
+      readers.split_path(task, directory, split)
+
+
+def _records(task: Task, data_cfg, split: str) -> list[dict]:
+  if data_cfg.source == "tfds":
+    recs = sources.catalog_records(task, split, tfds_dir(data_cfg))
+  else:
+    stats = readers.ReadStats()
+    recs = list(readers.read_split(task, data_dir(data_cfg, task), split,
+                                   skip_malformed=data_cfg.skip_malformed, stats=stats))
+    if stats.skipped:
+      logging.warning("%s/%s: skipped %d malformed examples (data.skip_malformed).",
+                      task.name, split, stats.skipped)
+  if split == "train" and task.kind == "classification":
+    classes = {r["label"] for r in recs}
+    if len(classes) == 1:
+      where = (readers.split_path(task, data_dir(data_cfg, task), split)
+               if data_cfg.source == "local" else f"TFDS {task.tfds_name}")
+      raise readers.one_class_error(where, task.label_names[classes.pop()])
+  return recs
 
 
 def load_records(data_cfg, split: str) -> list[dict]:
-  task = get_task(data_cfg.task)
-  if data_cfg.source == "local":
-    return sources.local_records(task, data_dir(data_cfg), split, tfds_dir(data_cfg),
-                                 skip_malformed=data_cfg.skip_malformed)
-  if data_cfg.source == "tfds":
-    return sources.catalog_records(task, split, tfds_dir(data_cfg))
-  raise ValueError(f"data.source must be 'local' or 'tfds', not {data_cfg.source!r}.")
+  """The records of one split, in file order (see `readers`)."""
+  return _records(resolve_task(data_cfg), data_cfg, split)
 
 
 def subsample_indices(total: int, n: int, seed: int) -> np.ndarray:
@@ -74,8 +88,8 @@ def load_split(data_cfg, split: str, tokenizer, type_vocab_size: int,
     max_examples: keep a seeded random subset of this size (-1: all).
     shard: (index, count): keep only this contiguous shard of the examples.
   """
-  task = get_task(data_cfg.task)
-  records = subsample(load_records(data_cfg, split), max_examples, data_cfg.subsample_seed)
+  task = resolve_task(data_cfg)
+  records = subsample(_records(task, data_cfg, split), max_examples, data_cfg.subsample_seed)
   index, count = shard
   if count > 1:
     bounds = np.linspace(0, len(records), count + 1).astype(int)

@@ -15,7 +15,7 @@ from typing import Sequence
 
 import numpy as np
 
-from papa_jax.data.readers import DataError
+from papa_jax.data.errors import DataError
 from papa_jax.data.tasks import Task
 
 IGNORE = -100  # Label of positions that are not scored (HF convention).

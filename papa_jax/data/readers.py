@@ -1,24 +1,28 @@
-"""Readers of the official file formats (GLUE TSV, CoNLL columns).
+"""A task's split as records: find the file, read its format, map the labels.
 
-Each yields uniform records (`idx`, `text_a`, `text_b`, `label`, or `idx`,
-`tokens`, `tags`). A malformed row is an error naming the file and line,
-unless `skip_malformed` is set, in which case it is skipped and counted.
+Records are uniform: `idx`, `text_a`, `text_b`, `label` (classification and
+regression) or `idx`, `tokens`, `tags` (tagging), in file order. A malformed
+example is an error naming the file and line, unless `skip_malformed` is set,
+in which case it is skipped and counted in `ReadStats`.
 """
 
 from __future__ import annotations
 
-import csv
 import dataclasses
+import glob
+import math
 import os
-from typing import Iterator
+import re
+from typing import Iterable, Iterator
 
-from papa_jax.data.tasks import Task
+from papa_jax.data import conll, tables
+from papa_jax.data.errors import DataError
+from papa_jax.data.tasks import TASKS, Task
 
-csv.field_size_limit(1 << 24)
+__all__ = ["DataError", "ReadStats", "collect_labels", "label_order", "one_class_error",
+           "raw_examples", "read_split", "split_path"]
 
-
-class DataError(ValueError):
-  """A data file that cannot be read as the task's format."""
+_INTEGER = re.compile(r"[+-]?[0-9]+")
 
 
 @dataclasses.dataclass
@@ -26,115 +30,165 @@ class ReadStats:
   skipped: int = 0
 
 
+def _listing(directory: str) -> str:
+  if not os.path.isdir(directory):
+    return "no such directory"
+  return str(sorted(os.listdir(directory)))
+
+
 def split_path(task: Task, data_dir: str, split: str) -> str:
+  """The file of `split`: named, or the one match of a pattern; DataError if none."""
   if split not in task.files:
     raise DataError(f"Task {task.name} has no split {split!r}; it has {sorted(task.files)}.")
-  path = os.path.join(data_dir, task.files[split])
-  if not os.path.isfile(path):
-    present = sorted(os.listdir(data_dir)) if os.path.isdir(data_dir) else "no such directory"
-    raise DataError(
-        f"Data dir {data_dir!r} lacks {task.files[split]!r} for task {task.name} "
-        f"(expected files {sorted(task.files.values())}; found {present}).")
+  name = task.files[split]
+  path = os.path.join(data_dir, name)  # An absolute `name` stays as it is.
+  if task.file_patterns:
+    matches = sorted(glob.glob(glob.escape(data_dir) + os.sep + name)) if data_dir else []
+    if len(matches) != 1:
+      found = "no file matches" if not matches else f"several files match ({matches})"
+      raise DataError(f"Data dir {data_dir!r}: {found} {name!r} for the {split} split of "
+                      f"task {task.name}; it holds {_listing(data_dir)}.")
+    path = matches[0]
+  elif not os.path.isfile(path):
+    where = os.path.dirname(path) or "."
+    field = "" if task.name in TASKS else f", data.custom.{split}={name!r}"
+    raise DataError(f"Data dir {where!r} lacks {os.path.basename(path)!r} for the {split} "
+                    f"split of task {task.name} (expected files "
+                    f"{sorted(os.path.basename(f) for f in task.files.values())}; "
+                    f"found {_listing(where)}{field}).")
   if os.path.getsize(path) == 0:
     raise DataError(f"{path} is empty.")
   return path
 
 
-def _label(task: Task, raw: str, where: str):
-  raw = raw.strip()
-  if task.kind == "regression":
-    try:
-      return float(raw)
-    except ValueError:
-      raise DataError(f"{where}: label {raw!r} is not a number.") from None
-  if raw in task.label_names:
-    return task.label_names.index(raw)
-  if raw.lstrip("-").isdigit() and 0 <= int(raw) < task.num_labels:
+def raw_examples(task: Task, path: str) -> Iterator[tables.TextRow | conll.TagSentence | DataError]:
+  """The file's examples with their labels as written (see `tables`, `conll`)."""
+  if task.format in ("csv", "tsv"):
+    return tables.read_table(path, task.format, header=task.header, quoting=task.quoting,
+                             text_fields=task.text_fields, label_field=task.label_field)
+  if task.format == "jsonl":
+    return tables.read_jsonl(path, text_fields=task.text_fields, label_field=task.label_field)
+  if task.format == "conll":
+    return conll.read_conll(path, token_column=task.token_column, tag_column=task.tag_column,
+                            separator=task.separator)
+  if task.format == "conllu":
+    return conll.read_conllu(path, tag_field=task.tag_field)
+  raise DataError(f"Task {task.name}: unknown format {task.format!r}.")
+
+
+def _unknown(task: Task, raw: str, where: str) -> DataError:
+  ids = f" (or its id 0..{task.num_labels - 1})" if task.label_ids_in_file else ""
+  return DataError(f"{where}: label {raw!r} is not in the {task.name} label set "
+                   f"{list(task.label_names)}{ids}.")
+
+
+def _class_id(task: Task, ids: dict[str, int], raw: str, where: str) -> int:
+  if raw in ids:
+    return ids[raw]
+  if task.label_ids_in_file and _INTEGER.fullmatch(raw) and 0 <= int(raw) < task.num_labels:
     return int(raw)
-  raise DataError(f"{where}: label {raw!r} is not in the label set "
-                  f"{list(task.label_names)} (or 0..{task.num_labels - 1}).")
+  raise _unknown(task, raw, where)
 
 
-def read_glue_tsv(task: Task, path: str, *, skip_malformed: bool = False,
-                  stats: ReadStats | None = None) -> Iterator[dict]:
-  """GLUE TSV rows as records; columns found by header name (CoLA: fixed)."""
-  stats = stats if stats is not None else ReadStats()
-  with open(path, encoding="utf-8", newline="") as f:
-    rows = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
-    if task.text_columns is None:  # CoLA: source, label, mark, sentence.
-      header, cols, label_col, width = None, (3,), 1, 4
-      start = 1
-    else:
-      try:
-        header = next(rows)
-      except StopIteration:
-        raise DataError(f"{path} is empty.") from None
-      missing = [c for c in (*task.text_columns, task.label_column) if c not in header]
-      if missing:
-        raise DataError(f"{path}:1: header {header} lacks columns {missing} of task {task.name}.")
-      cols = tuple(header.index(c) for c in task.text_columns)
-      label_col, width, start = header.index(task.label_column), len(header), 2
-    idx = 0
-    for line, row in enumerate(rows, start=start):
-      where = f"{path}:{line}"
-      try:
-        if len(row) < width or (header is None and len(row) != width):
-          raise DataError(f"{where}: expected {width} tab-separated fields, found {len(row)}.")
-        texts = [row[c] for c in cols]
-        if not texts[0].strip():
-          raise DataError(f"{where}: empty text field.")
-        label = _label(task, row[label_col], where)
-      except DataError:
-        if not skip_malformed:
-          raise
-        stats.skipped += 1
-        continue
-      yield dict(idx=idx, text_a=texts[0], text_b=texts[1] if len(texts) > 1 else "",
-                 label=label)
-      idx += 1
-    if idx == 0:
-      raise DataError(f"{path} has no data rows.")
+def _score(raw: str, where: str) -> float:
+  try:
+    value = float(raw)
+  except ValueError:
+    raise DataError(f"{where}: regression label {raw!r} is not a number.") from None
+  if not math.isfinite(value):
+    raise DataError(f"{where}: regression label {raw!r} is not finite.")
+  return value
 
 
-def read_conll(task: Task, path: str, *, skip_malformed: bool = False,
+def _check(task: Task, ex: tables.TextRow | conll.TagSentence, path: str) -> None:
+  """DataError if a text or a label is empty (what no label set can make valid)."""
+  if isinstance(ex, conll.TagSentence):
+    return  # The CoNLL readers refuse empty tokens and tags.
+  where = f"{path}:{ex.line}"
+  empty = [f for f, t in zip(task.text_fields, ex.texts) if not t.strip()]
+  if empty:
+    raise DataError(f"{where}: empty text in field {empty[0]!r}.")
+  if not ex.label.strip():
+    raise DataError(f"{where}: empty label in field {task.label_field!r}.")
+
+
+def _record(task: Task, ids: dict[str, int], ex: tables.TextRow | conll.TagSentence, path: str,
+            idx: int) -> dict:
+  """One checked example as a record; DataError if a label is not in the label set."""
+  if isinstance(ex, conll.TagSentence):
+    for tag, line in zip(ex.tags, ex.tag_lines):
+      if tag not in ids:
+        raise _unknown(task, tag, f"{path}:{line}")
+    return dict(idx=idx, tokens=list(ex.tokens), tags=[ids[t] for t in ex.tags])
+  where, raw = f"{path}:{ex.line}", ex.label.strip()
+  label = _score(raw, where) if task.kind == "regression" else _class_id(task, ids, raw, where)
+  return dict(idx=idx, text_a=ex.texts[0], text_b=ex.texts[1] if task.is_pair else "",
+              label=label)
+
+
+def _examples(task: Task, path: str, skip_malformed: bool,
+              stats: ReadStats) -> Iterator[tables.TextRow | conll.TagSentence]:
+  """The well-formed examples of a file (malformed ones raise, or are counted)."""
+  for ex in raw_examples(task, path):
+    try:
+      if isinstance(ex, DataError):
+        raise ex
+      _check(task, ex, path)
+    except DataError:
+      if not skip_malformed:
+        raise
+      stats.skipped += 1
+      continue
+    yield ex
+
+
+def read_split(task: Task, data_dir: str, split: str, *, skip_malformed: bool = False,
                stats: ReadStats | None = None) -> Iterator[dict]:
-  """CoNLL-2003 sentences (`token POS chunk NER` lines) as records."""
+  """Records of one split of a task whose labels are known (see module doc)."""
+  if task.kind != "regression" and not task.label_names:
+    raise DataError(f"Task {task.name} has no label names yet: use resolve_task(config.data).")
   stats = stats if stats is not None else ReadStats()
-  tokens, tags, idx, bad = [], [], 0, False
-  with open(path, encoding="utf-8") as f:
-    for line_no, line in enumerate(f, start=1):
-      line = line.rstrip("\n")
-      if not line.strip() or line.startswith("-DOCSTART-"):
-        if tokens and not bad:
-          yield dict(idx=idx, tokens=tokens, tags=tags)
-          idx += 1
-        tokens, tags, bad = [], [], False
-        continue
-      fields = line.split()
-      where = f"{path}:{line_no}"
-      try:
-        if len(fields) != 4:
-          raise DataError(f"{where}: expected 4 space-separated fields "
-                          f"(token POS chunk NER), found {len(fields)}.")
-        tag = fields[task.tag_column]
-        if tag not in task.label_names:
-          raise DataError(f"{where}: tag {tag!r} is not in the {task.name} label set.")
-      except DataError:
-        if not skip_malformed:
-          raise
-        stats.skipped += 1
-        bad = True
-        continue
-      tokens.append(fields[0])
-      tags.append(task.label_names.index(tag))
-  if tokens and not bad:
-    yield dict(idx=idx, tokens=tokens, tags=tags)
+  path = split_path(task, data_dir, split)
+  ids = {name: i for i, name in enumerate(task.label_names)}
+  idx = 0
+  for ex in _examples(task, path, skip_malformed, stats):
+    try:
+      rec = _record(task, ids, ex, path, idx)
+    except DataError:
+      if not skip_malformed:
+        raise
+      stats.skipped += 1
+      continue
+    yield rec
     idx += 1
   if idx == 0:
-    raise DataError(f"{path} has no sentences.")
+    skipped = f" ({stats.skipped} malformed skipped)" if stats.skipped else ""
+    raise DataError(f"{path} has no examples{skipped}.")
 
 
-def read_split(task: Task, data_dir: str, split: str, **kwargs) -> Iterator[dict]:
+def one_class_error(path: str, label) -> DataError:
+  return DataError(f"{path}: the train split has one class only ({label!r}); a classifier "
+                   "needs examples of two classes or more.")
+
+
+def label_order(labels: Iterable[str]) -> tuple[str, ...]:
+  """Distinct labels, sorted: numerically if every one is an integer, else as strings."""
+  labels = set(labels)
+  if labels and all(_INTEGER.fullmatch(x) for x in labels):
+    return tuple(sorted(labels, key=lambda x: (int(x), x)))
+  return tuple(sorted(labels))
+
+
+def collect_labels(task: Task, data_dir: str, split: str = "train", *,
+                   skip_malformed: bool = False) -> tuple[str, ...]:
+  """The labels (or tags) written in a split, in `label_order`."""
   path = split_path(task, data_dir, split)
-  reader = read_conll if task.kind == "tagging" else read_glue_tsv
-  return reader(task, path, **kwargs)
+  seen: set[str] = set()
+  for ex in _examples(task, path, skip_malformed, ReadStats()):
+    if isinstance(ex, conll.TagSentence):
+      seen.update(ex.tags)
+    else:
+      seen.add(ex.label.strip())
+  if not seen:
+    raise DataError(f"{path} has no examples to collect {task.name} labels from.")
+  return label_order(seen)

@@ -1,12 +1,33 @@
-"""The tasks PAPA is run on: GLUE and CoNLL-2003 tagging.
+"""What a task is (one dataclass), and the built-in tasks.
 
-Label orders follow TFDS (and Hugging Face `datasets`), so local files and the
-TFDS catalog give the same label ids.
+A task is data: its files' format and fields, its label set, its kind and its
+metrics. Built-in tasks are entries of `TASKS`; a custom task is the same
+dataclass built from `config.data.custom` (see `declare.py`). Built-in label
+orders follow TFDS (and Hugging Face `datasets`), so local files and the TFDS
+catalog give the same label ids.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import types
+
+from papa_jax.data.errors import TaskConfigError
+
+KINDS = ("classification", "regression", "tagging")
+TABLE_FORMATS = ("csv", "tsv", "jsonl")
+TAGGING_FORMATS = ("conll", "conllu")
+FORMATS = TABLE_FORMATS + TAGGING_FORMATS
+# The metrics of papa_jax/metrics.py each kind can report. Tagging scores
+# entities (IOB chunks: f1, precision, recall, plus token accuracy) when "f1" is
+# among its metrics, else token accuracy alone.
+METRICS = types.MappingProxyType({
+    "classification": ("accuracy", "f1", "matthews_correlation"),
+    "regression": ("pearson", "spearman"),
+    "tagging": ("f1", "precision", "recall", "accuracy"),
+})
+ENTITY_METRICS = ("f1", "precision", "recall", "accuracy")
+TOKEN_METRICS = ("accuracy",)
 
 NER_TAGS = ("O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC",
             "B-MISC", "I-MISC")
@@ -19,6 +40,8 @@ CHUNK_TAGS = ("O", "B-ADJP", "I-ADJP", "B-ADVP", "I-ADVP", "B-CONJP", "I-CONJP",
               "B-INTJ", "I-INTJ", "B-LST", "I-LST", "B-NP", "I-NP", "B-PP",
               "I-PP", "B-PRT", "I-PRT", "B-SBAR", "I-SBAR", "B-UCP", "I-UCP",
               "B-VP", "I-VP")
+UPOS_TAGS = ("ADJ", "ADP", "ADV", "AUX", "CCONJ", "DET", "INTJ", "NOUN", "NUM", "PART",
+             "PRON", "PROPN", "PUNCT", "SCONJ", "SYM", "VERB", "X")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -26,31 +49,49 @@ class Task:
   """How to read, label and score one task.
 
   Attributes:
-    name: the config name (`config.data.task`).
+    name: shown in results (`config.data.task`, or `data.custom.name`).
     kind: "classification", "regression" or "tagging".
-    label_names: class names in label-id order (empty for regression).
+    label_names: class names (or tags) in label-id order; empty for regression,
+      and for a declared task whose labels are still to be collected.
     metrics: metric names; the first is the headline score.
-    local_subdir: default folder under `$PAPA_SHARED/data`.
-    files: split -> file name in the official distribution.
-    text_columns: GLUE TSV header names of the one or two text fields (None
-      for CoLA's header-less file, whose sentence is column 3).
-    label_column: TSV header name of the label (CoLA: column 1).
-    tag_column: CoNLL column of the tags (tagging).
-    tfds_name: TFDS catalog name; tfds_text: its text feature names;
-      tfds_splits: our split -> TFDS split.
+    format: "csv", "tsv", "jsonl", "conll" or "conllu".
+    files: split -> file (relative to the data directory, or absolute).
+    local_subdir: default data directory under `$PAPA_SHARED/data` ("": none).
+    file_patterns: `files` are glob patterns matching one file each.
+    header: csv/tsv: the first row names the columns.
+    quoting: csv/tsv: "rfc4180" or "none" ("": csv rfc4180, tsv none).
+    text_fields: the one or two text fields (header names, JSON keys, or
+      0-based column numbers written as strings in a header-less file).
+    label_field: the label's header name, JSON key or column number.
+    label_ids_in_file: labels may also be written as their ids (GLUE files).
+    token_column, tag_column: CoNLL columns (negative: from the last).
+    separator: CoNLL column separator, "whitespace" (spaces/tabs) or "tab".
+    tag_field: CoNLL-U field of the tags, "upos" or "xpos".
+    tfds_name: TFDS catalog name ("": none); tfds_text: its text features;
+      tfds_tags: its tag feature; tfds_splits: our split -> TFDS split.
+    eval_split: the split scores are reported on.
   """
 
   name: str
   kind: str
   label_names: tuple[str, ...]
   metrics: tuple[str, ...]
-  local_subdir: str
+  format: str
   files: dict[str, str]
-  text_columns: tuple[str, ...] | None = None
-  label_column: str | None = None
-  tag_column: int = 0
+  local_subdir: str = ""
+  file_patterns: bool = False
+  header: bool = True
+  quoting: str = ""
+  text_fields: tuple[str, ...] = ()
+  label_field: str = ""
+  label_ids_in_file: bool = False
+  token_column: int = 0
+  tag_column: int = -1
+  separator: str = "whitespace"
+  tag_field: str = "upos"
   tfds_name: str = ""
   tfds_text: tuple[str, ...] = ()
+  tfds_tags: str = ""
   tfds_splits: dict[str, str] = dataclasses.field(default_factory=dict)
   eval_split: str = "validation"
 
@@ -60,60 +101,69 @@ class Task:
 
   @property
   def is_pair(self) -> bool:
-    return len(self.tfds_text) == 2
+    return len(self.text_fields) == 2
 
   @property
   def headline_metric(self) -> str:
     return self.metrics[0]
 
 
-def _glue(name, labels, metrics, subdir, text, label, tfds_text, dev="dev.tsv",
-          kind="classification", eval_tfds="validation"):
+def _glue(name, labels, metrics, text, label, tfds_text, dev="dev.tsv",
+          kind="classification", eval_tfds="validation", header=True):
   return Task(
-      name=name, kind=kind, label_names=labels, metrics=metrics,
-      local_subdir=subdir, files={"train": "train.tsv", "validation": dev},
-      text_columns=text, label_column=label, tfds_name=f"glue/{name}",
-      tfds_text=tfds_text,
+      name=name, kind=kind, label_names=labels, metrics=metrics, format="tsv",
+      files={"train": "train.tsv", "validation": dev}, local_subdir=name, header=header,
+      text_fields=text, label_field=label, label_ids_in_file=True,
+      tfds_name=f"glue/{name}", tfds_text=tfds_text,
       tfds_splits={"train": "train", "validation": eval_tfds})
 
 
-def _conll(name, labels, metrics, column):
+def _conll(name, labels, metrics, column, tfds_tags):
   return Task(
-      name=name, kind="tagging", label_names=labels, metrics=metrics,
-      local_subdir="conll2003",
+      name=name, kind="tagging", label_names=labels, metrics=metrics, format="conll",
       files={"train": "train.txt", "validation": "valid.txt", "test": "test.txt"},
-      tag_column=column, tfds_name="conll2003",
-      tfds_text=("tokens",),
+      local_subdir="conll2003", token_column=0, tag_column=column,
+      tfds_name="conll2003", tfds_text=("tokens",), tfds_tags=tfds_tags,
       tfds_splits={"train": "train", "validation": "dev", "test": "test"})
 
 
 TASKS: dict[str, Task] = {t.name: t for t in (
+    # CoLA's files have no header: source, label, original mark, sentence.
     _glue("cola", ("unacceptable", "acceptable"), ("matthews_correlation", "accuracy"),
-          "cola", None, None, ("sentence",)),
-    _glue("sst2", ("negative", "positive"), ("accuracy",), "sst2",
-          ("sentence",), "label", ("sentence",)),
-    _glue("mrpc", ("not_equivalent", "equivalent"), ("f1", "accuracy"), "mrpc",
+          ("3",), "1", ("sentence",), header=False),
+    _glue("sst2", ("negative", "positive"), ("accuracy",), ("sentence",), "label",
+          ("sentence",)),
+    _glue("mrpc", ("not_equivalent", "equivalent"), ("f1", "accuracy"),
           ("#1 String", "#2 String"), "Quality", ("sentence1", "sentence2")),
-    _glue("qqp", ("not_duplicate", "duplicate"), ("f1", "accuracy"), "qqp",
+    _glue("qqp", ("not_duplicate", "duplicate"), ("f1", "accuracy"),
           ("question1", "question2"), "is_duplicate", ("question1", "question2")),
-    _glue("stsb", (), ("pearson", "spearman"), "stsb", ("sentence1", "sentence2"),
-          "score", ("sentence1", "sentence2"), kind="regression"),
-    _glue("mnli", ("entailment", "neutral", "contradiction"), ("accuracy",), "mnli",
+    _glue("stsb", (), ("pearson", "spearman"), ("sentence1", "sentence2"), "score",
+          ("sentence1", "sentence2"), kind="regression"),
+    _glue("mnli", ("entailment", "neutral", "contradiction"), ("accuracy",),
           ("sentence1", "sentence2"), "gold_label", ("premise", "hypothesis"),
           dev="dev_matched.tsv", eval_tfds="validation_matched"),
-    _glue("qnli", ("entailment", "not_entailment"), ("accuracy",), "qnli",
-          ("question", "sentence"), "label", ("question", "sentence")),
-    _glue("rte", ("entailment", "not_entailment"), ("accuracy",), "rte",
-          ("sentence1", "sentence2"), "label", ("sentence1", "sentence2")),
-    _glue("wnli", ("not_entailment", "entailment"), ("accuracy",), "wnli",
-          ("sentence1", "sentence2"), "label", ("sentence1", "sentence2")),
-    _conll("ner", NER_TAGS, ("f1", "precision", "recall", "accuracy"), 3),
-    _conll("pos", POS_TAGS, ("accuracy",), 1),
-    _conll("chunk", CHUNK_TAGS, ("f1", "precision", "recall", "accuracy"), 2),
+    _glue("qnli", ("entailment", "not_entailment"), ("accuracy",), ("question", "sentence"),
+          "label", ("question", "sentence")),
+    _glue("rte", ("entailment", "not_entailment"), ("accuracy",), ("sentence1", "sentence2"),
+          "label", ("sentence1", "sentence2")),
+    _glue("wnli", ("not_entailment", "entailment"), ("accuracy",), ("sentence1", "sentence2"),
+          "label", ("sentence1", "sentence2")),
+    _conll("ner", NER_TAGS, ENTITY_METRICS, 3, "ner"),
+    _conll("pos", POS_TAGS, TOKEN_METRICS, 1, "pos"),
+    _conll("chunk", CHUNK_TAGS, ENTITY_METRICS, 2, "chunks"),
+    # Universal Dependencies: data.data_dir is one treebank's directory.
+    Task(name="udpos", kind="tagging", label_names=UPOS_TAGS, metrics=TOKEN_METRICS,
+         format="conllu", tag_field="upos", file_patterns=True,
+         files={"train": "*-ud-train.conllu", "validation": "*-ud-dev.conllu",
+                "test": "*-ud-test.conllu"}),
 )}
 
 
 def get_task(name: str) -> Task:
+  """A built-in task by name (a custom task comes from `resolve_task(config.data)`)."""
   if name not in TASKS:
-    raise ValueError(f"Unknown task {name!r}; known tasks: {sorted(TASKS)}.")
+    hint = (" A custom task is declared in data.custom and read with "
+            "papa_jax.data.resolve_task(config.data)." if name == "custom" else
+            " Or set data.task='custom' and declare the task in data.custom.")
+    raise TaskConfigError(f"Unknown task {name!r}; known tasks: {sorted(TASKS)}.{hint}")
   return TASKS[name]

@@ -1,0 +1,213 @@
+"""From `config.data` to a Task: the `custom` block, its checks, label collection.
+
+`check_config` is static (no file is opened): a built-in task, or the task the
+`data.custom` block declares, each field checked with an error naming it.
+`resolve_task` completes it from the data: labels not listed are collected
+from the train split (see `readers.label_order`), and what only the labels can
+tell is checked (binary F1 needs two classes, entity F1 needs IOB tags).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+
+from papa_jax import shared
+from papa_jax.data import conll, readers, tables
+from papa_jax.data.errors import TaskConfigError
+from papa_jax.data.tasks import (ENTITY_METRICS, FORMATS, KINDS, METRICS, TABLE_FORMATS,
+                                 TAGGING_FORMATS, TASKS, TOKEN_METRICS, Task, get_task)
+
+CUSTOM = "custom"
+SOURCES = ("local", "tfds")
+SPLITS = ("train", "validation", "test")
+# Block fields whose default is an empty value: setting any means a custom task.
+_DECLARING = ("name", "format", *SPLITS, "text_fields", "label_field", "label_names", "metrics")
+# seqeval's (conlleval) chunk prefixes, as papa_jax/metrics.py splits them.
+_IOB = re.compile(r"O|[BIES]-.+")
+
+
+def _fail(field: str, value, why: str) -> TaskConfigError:
+  return TaskConfigError(f"data.custom.{field}={value!r}: {why}")
+
+
+def _strings(field: str, value) -> tuple[str, ...]:
+  if isinstance(value, str) or not all(isinstance(v, str) for v in value):
+    raise _fail(field, value, "must be a tuple of strings, e.g. ('a', 'b').")
+  return tuple(value)
+
+
+def default_metrics(kind: str, label_names: tuple[str, ...]) -> tuple[str, ...]:
+  """Classification: accuracy. Regression: pearson, spearman. Tagging: entity f1
+  (with precision, recall, accuracy) if every tag is IOB-like, else token accuracy."""
+  if kind == "classification":
+    return ("accuracy",)
+  if kind == "regression":
+    return METRICS["regression"]
+  return ENTITY_METRICS if is_iob(label_names) else TOKEN_METRICS
+
+
+def is_iob(tags: tuple[str, ...]) -> bool:
+  """Tags that chunk into entities: 'O' and B-/I-/E-/S- prefixed types, not all 'O'."""
+  return bool(tags) and all(_IOB.fullmatch(t) for t in tags) and set(tags) != {"O"}
+
+
+def _check_metrics(c, kind: str) -> tuple[str, ...]:
+  metrics = _strings("metrics", c.metrics)
+  unknown = [m for m in metrics if m not in METRICS[kind]]
+  if unknown:
+    raise _fail("metrics", metrics, f"{unknown} cannot score a {kind} task; use metrics "
+                f"from {list(METRICS[kind])}.")
+  if len(set(metrics)) != len(metrics):
+    raise _fail("metrics", metrics, "lists a metric twice.")
+  if kind == "tagging" and metrics and "f1" not in metrics and metrics != TOKEN_METRICS:
+    raise _fail("metrics", metrics, "entity precision and recall come with entity f1: "
+                f"use a subset of {list(ENTITY_METRICS)} with 'f1', or ('accuracy',) "
+                "for token accuracy.")
+  return metrics
+
+
+def _check_fields(c, fmt: str, kind: str) -> None:
+  if fmt in TABLE_FORMATS:
+    fields = _strings("text_fields", c.text_fields)
+    if len(fields) not in (1, 2):
+      raise _fail("text_fields", fields, "name one text field (single sentence) or two "
+                  "(a pair).")
+    if not c.label_field:
+      raise _fail("label_field", c.label_field, f"a {fmt} task needs its label's field.")
+    if len(set(fields + (c.label_field,))) != len(fields) + 1:
+      raise _fail("text_fields", fields, f"repeats a field (label_field={c.label_field!r}).")
+    if fmt != "jsonl" and not c.header:
+      for name, values in (("text_fields", fields), ("label_field", (c.label_field,))):
+        if not all(re.fullmatch(r"[0-9]+", v) for v in values):
+          raise _fail(name, c[name], "without a header, fields are 0-based column numbers "
+                      "written as strings, e.g. ('3',).")
+    if c.quoting not in ("", *tables.QUOTING) or (c.quoting and fmt == "jsonl"):
+      raise _fail("quoting", c.quoting, f"use '' (the format's default), 'rfc4180' or 'none' "
+                  "(csv and tsv only).")
+  else:
+    if c.text_fields or c.label_field:
+      raise _fail("text_fields" if c.text_fields else "label_field",
+                  c.text_fields or c.label_field,
+                  f"does not apply to {fmt}: tokens and tags are read from "
+                  + ("token_column and tag_column." if fmt == "conll" else "FORM and tag_field."))
+    if fmt == "conllu" and c.tag_field not in conll.CONLLU_TAG_FIELDS:
+      raise _fail("tag_field", c.tag_field, f"use one of {list(conll.CONLLU_TAG_FIELDS)}.")
+    if fmt == "conll" and c.separator not in conll.SEPARATORS:
+      raise _fail("separator", c.separator, f"use one of {list(conll.SEPARATORS)}.")
+
+
+def custom_task(c) -> Task:
+  """The Task a `data.custom` block declares (labels may still be empty)."""
+  if c.format not in FORMATS:
+    raise _fail("format", c.format, f"use one of {list(FORMATS)}.")
+  if c.kind not in KINDS:
+    raise _fail("kind", c.kind, f"use one of {list(KINDS)}.")
+  fmt, kind = c.format, c.kind
+  if (kind == "tagging") != (fmt in TAGGING_FORMATS):
+    raise _fail("kind", kind, f"a {fmt} file holds "
+                + ("tagged tokens: use kind='tagging'." if fmt in TAGGING_FORMATS else
+                   "texts with labels: use kind='classification' or 'regression'."))
+  name = c.name or CUSTOM
+  if name in TASKS:
+    raise _fail("name", c.name, "is a built-in task's name; choose another for results.")
+  for split in ("train", "validation"):
+    if not c[split]:
+      raise _fail(split, c[split], f"name the {split} split's file.")
+  _check_fields(c, fmt, kind)
+  labels = _strings("label_names", c.label_names)
+  if kind == "regression" and labels:
+    raise _fail("label_names", labels, "a regression task has no label names.")
+  if len(set(labels)) != len(labels) or any(x != x.strip() or not x for x in labels):
+    raise _fail("label_names", labels, "must be distinct, non-empty, without surrounding "
+                "spaces (labels are compared after stripping).")
+  metrics = _check_metrics(c, kind)
+  return Task(
+      name=name, kind=kind, label_names=labels, metrics=metrics, format=fmt,
+      files={s: c[s] for s in SPLITS if c[s]}, header=c.header, quoting=c.quoting,
+      text_fields=tuple(c.text_fields), label_field=c.label_field,
+      token_column=c.token_column, tag_column=c.tag_column, separator=c.separator,
+      tag_field=c.tag_field)
+
+
+def _custom_block(data_cfg):
+  return data_cfg.get("custom") if hasattr(data_cfg, "get") else None
+
+
+def _named_task(data_cfg) -> Task:
+  block = _custom_block(data_cfg)
+  if data_cfg.task == CUSTOM:
+    if block is None:
+      raise TaskConfigError("data.task='custom' needs a data.custom block (see configs/base.py).")
+    return custom_task(block)
+  task = get_task(data_cfg.task)
+  if block is not None:
+    set_ = [f for f in _DECLARING if f in block and block[f]]
+    if set_:
+      raise TaskConfigError(f"data.custom.{set_[0]} is set but data.task={data_cfg.task!r}: "
+                            "set data.task='custom' to use the custom block.")
+  return task
+
+
+def check_config(data_cfg) -> Task:
+  """The task `config.data` names or declares, checked without opening a data file.
+
+  Its labels may still be empty (to be collected): use `resolve_task` for the
+  task itself.
+  """
+  task = _named_task(data_cfg)
+  if data_cfg.source not in SOURCES:
+    raise TaskConfigError(f"data.source={data_cfg.source!r}: use one of {list(SOURCES)}.")
+  if data_cfg.source == "tfds" and not task.tfds_name:
+    raise TaskConfigError(f"data.source='tfds' but task {task.name} is not in the TFDS "
+                          "catalog: use data.source='local'.")
+  return task
+
+
+def data_dir(data_cfg, task: Task | None = None) -> str:
+  """Where the task's relative file names point (`data.data_dir` or its default)."""
+  task = task or check_config(data_cfg)
+  if data_cfg.data_dir:
+    return data_cfg.data_dir
+  if task.local_subdir:
+    return str(shared.data_dir(task.local_subdir))
+  if data_cfg.task == CUSTOM:
+    return os.getcwd()
+  raise TaskConfigError(f"data.data_dir is empty: task {task.name} has no default data "
+                        "directory; set data.data_dir (for udpos: a UD treebank directory "
+                        "with <lang>_<treebank>-ud-{train,dev,test}.conllu).")
+
+
+def _check_labels(task: Task, collected: bool) -> None:
+  source = " (collected from the train split)" if collected else ""
+  if task.kind == "classification" and len(task.label_names) < 2:
+    raise TaskConfigError(f"Task {task.name}: a classification task needs two classes or "
+                          f"more; data.custom.label_names{source} is {list(task.label_names)}.")
+  if task.kind == "classification" and "f1" in task.metrics and len(task.label_names) != 2:
+    raise TaskConfigError(f"Task {task.name}: metric 'f1' is binary F1 (of the second label) "
+                          f"but there are {len(task.label_names)} labels{source}: "
+                          f"{list(task.label_names)}; use accuracy or matthews_correlation.")
+  if task.kind == "tagging" and "f1" in task.metrics and not is_iob(task.label_names):
+    bad = [t for t in task.label_names if not _IOB.fullmatch(t)][:10]
+    found = f"include {bad}" if bad else "are all 'O'"
+    raise TaskConfigError(f"Task {task.name}: entity f1 chunks IOB/IOBES tags ('O', 'B-X', "
+                          f"'I-X', 'E-X', 'S-X') but its tags{source} {found}; use "
+                          "data.custom.metrics=('accuracy',) (token accuracy).")
+
+
+def resolve_task(data_cfg) -> Task:
+  """The full task of `config.data`: collected labels, default metrics, all checked."""
+  task = check_config(data_cfg)
+  collected = task.kind != "regression" and not task.label_names
+  if collected:
+    directory = data_dir(data_cfg, task)
+    labels = readers.collect_labels(task, directory, "train",
+                                    skip_malformed=data_cfg.skip_malformed)
+    if task.kind == "classification" and len(labels) == 1:
+      raise readers.one_class_error(readers.split_path(task, directory, "train"), labels[0])
+    task = dataclasses.replace(task, label_names=labels)
+  if not task.metrics:
+    task = dataclasses.replace(task, metrics=default_metrics(task.kind, task.label_names))
+  _check_labels(task, collected)
+  return task
