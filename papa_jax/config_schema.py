@@ -19,11 +19,11 @@ from typing import Any
 
 import ml_collections
 
-STAGES = ("means", "sort", "probe", "all", "effective")
+STAGES = ("means", "sort", "probe", "all", "effective", "suite", "report")
 VARIANTS = ("raw", "effective")
 FEATURE_DTYPES = ("float32", "bfloat16")
 RESULT_GROUPS = ("model", "data", "sort", "probe", "effective")
-NON_RESULT_GROUPS = ("papa", "run")
+NON_RESULT_GROUPS = ("papa", "run", "report", "suite", "explore")
 NON_RESULT_FIELDS = ("stage", "overwrite")
 
 
@@ -113,6 +113,11 @@ def get_config() -> ml_collections.ConfigDict:
       figure_head=-1,
       min_valid_tokens=0,  # Only examples with more real tokens than this.
   ))
+  c.report = ml_collections.ConfigDict(dict(
+      n_boot=1000,  # Bootstrap resamples (over dev examples and probe seeds).
+      seed=0,
+      level=0.95,  # Interval coverage.
+  ))
   c.run = ml_collections.ConfigDict(dict(
       log_every_steps=100,
       batch_size=32,  # Global batch of every forward-only pass (means, features, eval).
@@ -148,8 +153,7 @@ def result_config(config: ml_collections.ConfigDict) -> dict[str, Any]:
 
 def unclassified_fields(config: ml_collections.ConfigDict) -> list[str]:
   """Top-level keys that are neither result nor non-result (a schema bug)."""
-  known = set(RESULT_GROUPS) | set(NON_RESULT_GROUPS) | set(NON_RESULT_FIELDS) | {
-      "explore", "report", "suite"}
+  known = set(RESULT_GROUPS) | set(NON_RESULT_GROUPS) | set(NON_RESULT_FIELDS)
   return sorted(set(config.keys()) - known)
 
 
@@ -217,6 +221,8 @@ def validate(config: ml_collections.ConfigDict) -> None:
       raise ConfigError(f"run.{name} must be >= 0 (0: never / at epoch ends only).")
   if config.run.cache_max_gb <= 0:
     raise ConfigError("run.cache_max_gb must be > 0.")
+  if not (config.report.n_boot >= 100 and 0.5 < config.report.level < 1):
+    raise ConfigError("report.n_boot must be >= 100 and report.level in (0.5, 1).")
   if config.effective.split not in ("train", "validation", "test"):
     raise ConfigError(f"effective.split={config.effective.split!r}; use train, validation or test.")
 

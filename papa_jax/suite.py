@@ -1,0 +1,150 @@
+"""Experiment suites: a grid of (model x task) runs and the PAPA report over them.
+
+`stage=suite` runs every cell of `config.suite.models x config.suite.tasks` in
+its own sub-workdir `<workdir>/<model>__<task>` (each an ordinary `stage=all`
+run: finished runs are reused, killed ones resume), then writes the report.
+`stage=report` only aggregates: over the finished cells of a suite workdir,
+or over one experiment's workdir. `report_from_workdirs` does the same from
+Python for any list of finished workdirs.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import time
+from typing import Sequence
+
+import ml_collections
+import numpy as np
+from absl import logging
+
+from papa_jax import config_schema, report, workdir
+from papa_jax import data as data_lib
+from papa_jax.papa import means as means_lib
+
+CELL_SEPARATOR = "__"
+# Model keys of suite configs: short names for the packaged real checkpoints.
+MODEL_KEYS = {
+    "minilm": "sentence-transformers/all-MiniLM-L6-v2",
+    "minilm_sre": "pkg:sre_embedding_model/model_weights",
+}
+
+
+def cell_config(config: ml_collections.ConfigDict, model: str, task: str
+                ) -> ml_collections.ConfigDict:
+  """The `stage=all` config of one cell: the suite's settings on one model and task."""
+  c = copy.deepcopy(config)
+  c.unlock()
+  del c["suite"]
+  c.lock()
+  c.stage = "all"
+  c.model.name = MODEL_KEYS.get(model, model)
+  c.data.task = task
+  c.data.max_length = config.suite.max_length[task]
+  c.data.data_dir = config.suite.data_dirs[task]
+  return c
+
+
+def cells(config: ml_collections.ConfigDict) -> list[tuple[str, str]]:
+  return [(m, t) for m in config.suite.models for t in config.suite.tasks]
+
+
+def cell_dir(path: str, model: str, task: str) -> str:
+  return os.path.join(path, f"{model}{CELL_SEPARATOR}{task}")
+
+
+def run_suite(config: ml_collections.ConfigDict, path: str) -> dict:
+  """Runs every cell, then writes the report over all of them."""
+  from papa_jax import run  # pylint: disable=import-outside-toplevel
+  grid = cells(config)
+  if not grid:
+    raise config_schema.ConfigError("suite.models and suite.tasks must both be non-empty.")
+  for model, task in grid:  # Every cell's static checks before any work.
+    config_schema.validate(cell_config(config, model, task))
+  t0 = time.perf_counter()
+  for i, (model, task) in enumerate(grid):
+    logging.info("suite: cell %d/%d (%s on %s); %.0fs so far.", i + 1, len(grid), model, task,
+                 time.perf_counter() - t0)
+    run.run(cell_config(config, model, task), cell_dir(path, model, task))
+  return write(config, path)
+
+
+def finished_cells(path: str) -> list[str]:
+  """Sub-workdirs of `path` holding a finished probe stage (or `path` itself)."""
+  if os.path.exists(os.path.join(path, "results.json")):
+    return [path]
+  return sorted(os.path.join(path, d) for d in os.listdir(path)
+                if os.path.exists(os.path.join(path, d, "results.json")))
+
+
+def _display(model_name: str) -> str:
+  for key, name in MODEL_KEYS.items():
+    if name == model_name:
+      return key
+  return os.path.basename(model_name.rstrip("/")) or model_name
+
+
+def load_experiment(path: str, model: str | None = None) -> report.Experiment:
+  """A finished workdir as a `report.Experiment` (predictions, scores, means, gates)."""
+  cfg = ml_collections.ConfigDict(workdir.read_json(os.path.join(path, "config.json")))
+  res = workdir.read_json(os.path.join(path, "results.json"))
+  try:
+    task = data_lib.resolve_task(cfg.data)
+  except (ValueError, OSError):  # Data moved since: the saved label names suffice.
+    task = data_lib.get_task(cfg.data.task)
+  predictions: dict = {}
+  scores: dict = {}
+  labels = None
+  for r in res["rows"]:
+    key = (r["variant"], r["static_heads"])
+    scores.setdefault(key, {})[r["seed"]] = r["score"]
+    run_dir = os.path.join(path, "probe", f"{r['variant']}_k{r['static_heads']}_s{r['seed']}")
+    pred_path = os.path.join(run_dir, "predictions.npz")
+    if os.path.exists(pred_path):
+      with np.load(pred_path) as z:
+        predictions.setdefault(key, {})[r["seed"]] = z["predictions"]
+        if labels is None:
+          labels = z["labels"]
+  means_path = os.path.join(path, "means", "means_raw.npz")
+  sort_dir = os.path.join(path, "sort")
+  gates = ranking = None
+  if os.path.exists(os.path.join(sort_dir, "sorted_heads.json")):
+    gates = np.load(os.path.join(sort_dir, "lambdas.npy"))
+    ranking = workdir.read_json(os.path.join(sort_dir, "sorted_heads.json"))
+  rows = res["rows"]
+  return report.Experiment(
+      model=model or _display(cfg.model.name), task=task, total_heads=rows[0]["total_heads"],
+      labels=labels, predictions=predictions, scores=scores,
+      means=means_lib.load_means(means_path).avgs if os.path.exists(means_path) else None,
+      gates=gates, ranking=ranking, train_examples=rows[0]["examples"],
+      eval_examples=rows[0]["eval_examples"], seeds=tuple(res.get("seeds", ())))
+
+
+def report_from_workdirs(paths: Sequence[str], out_dir: str, *, n_boot: int = 1000,
+                         seed: int = 0, level: float = 0.95) -> dict[str, str]:
+  """The PAPA report over finished workdirs (one experiment each)."""
+  experiments = []
+  for p in paths:
+    name = os.path.basename(os.path.normpath(p))
+    model = name.split(CELL_SEPARATOR)[0] if CELL_SEPARATOR in name else None
+    experiments.append(load_experiment(p, model))
+  if not experiments:
+    raise config_schema.ConfigError("No finished experiment (results.json) to report on.")
+  return report.write_report(experiments, out_dir, n_boot=n_boot, seed=seed, level=level)
+
+
+def write(config: ml_collections.ConfigDict, path: str) -> dict:
+  """`stage=report`: the report over the finished cells under `path`."""
+  done = finished_cells(path)
+  if "suite" in config:
+    want = {cell_dir(path, m, t) for m, t in cells(config)}
+    missing = sorted(want - set(done))
+    if missing:
+      logging.warning("report: %d cells are not finished and are left out: %s", len(missing),
+                      ", ".join(os.path.basename(m) for m in missing))
+  r = config.report
+  paths = report_from_workdirs(done, os.path.join(path, "report"), n_boot=r.n_boot,
+                               seed=r.seed, level=r.level)
+  logging.info("report over %d experiments -> %s", len(done), paths["md"])
+  return paths

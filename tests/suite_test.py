@@ -1,0 +1,121 @@
+"""Experiment suites: cells, seeds, the report over finished workdirs, kill and rerun."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from configs import suite as suite_config
+from papa_jax import features, run, suite
+from tests.testing import override, require_shared
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TINY = {"data.max_train_examples": 48, "data.max_eval_examples": 32, "run.batch_size": 16,
+        "papa.fractions": (0.0, 0.5, 1.0), "probe.epochs": 1, "sort.epochs": 1,
+        "sort.max_train_examples": -1, "run.log_every_steps": 2}
+
+
+def tiny_suite(models="minilm+minilm_sre", tasks="sst2"):
+  c = suite_config.get_config(f"models={models},tasks={tasks},seeds=2")
+  for t in c.suite.tasks:
+    c.suite.max_length[t] = 32
+    c.suite.data_dirs[t] = str(require_shared("data", {"ner": "conll2003"}.get(t, t)))
+  return override(c, **TINY)
+
+
+@pytest.fixture(scope="module")
+def finished_suite(tmp_path_factory, minilm):
+  del minilm
+  pytest.importorskip("sre_embedding_model")
+  path = str(tmp_path_factory.mktemp("suite") / "s")
+  calls = []
+  real = features.compute
+
+  def counting(*args, **kwargs):
+    calls.append(kwargs.get("desc", args[-1] if len(args) > 5 else ""))
+    return real(*args, **kwargs)
+  features.compute = counting
+  try:
+    paths = run.run(tiny_suite(), path)
+  finally:
+    features.compute = real
+  return path, paths, calls
+
+
+def test_suite_runs_every_cell_and_writes_the_report(finished_suite):
+  path, paths, _ = finished_suite
+  assert sorted(os.listdir(path)) == ["minilm__sst2", "minilm_sre__sst2", "report"]
+  for key in ("md", "json", "csv", "curves", "scatter"):
+    assert os.path.exists(paths[key]), key
+  rep = json.load(open(paths["json"]))
+  assert len(rep["experiments"]) == 2
+  for exp in rep["experiments"]:
+    cell = os.path.join(path, f"{exp['model']}__sst2")
+    rows = json.load(open(os.path.join(cell, "results.json")))["rows"]
+    base = [r["score"] for r in rows if r["static_heads"] == 0]
+    assert len(base) == 2  # Two seeds.
+    assert exp["baseline"]["mean"] == pytest.approx(np.mean(base), abs=1e-12)
+    assert exp["n_examples"] == 32 and exp["seeds"] == [42, 43]
+  md = open(paths["md"]).read()
+  assert "minilm_sre" in md and "sst2" in md
+
+
+def test_suite_seeds_give_different_probes_from_one_feature_pass(finished_suite):
+  path, _, calls = finished_suite
+  # 2 cells x 3 static-head sets x (train, eval): features once per set, not per seed.
+  assert len(calls) == 2 * 3 * 2
+  cell = os.path.join(path, "minilm__sst2", "probe")
+  a = np.load(os.path.join(cell, "raw_k36_s42", "predictions.npz"))["logits"]
+  b = np.load(os.path.join(cell, "raw_k36_s43", "predictions.npz"))["logits"]
+  assert not np.allclose(a, b)  # Different probe seeds, different probes.
+
+
+def test_suite_report_stage_alone_over_finished_workdirs(finished_suite, tmp_path):
+  path, paths, _ = finished_suite
+  again = suite.report_from_workdirs(
+      [os.path.join(path, "minilm__sst2"), os.path.join(path, "minilm_sre__sst2")],
+      str(tmp_path / "r"))
+  want = json.load(open(paths["json"]))
+  got = json.load(open(again["json"]))
+  assert got["experiments"] == want["experiments"]  # Deterministic, from saved predictions.
+  one = suite.report_from_workdirs([os.path.join(path, "minilm__sst2")], str(tmp_path / "one"))
+  assert len(json.load(open(one["json"]))["experiments"]) == 1
+
+
+def _suite_args(path):
+  return [sys.executable, os.path.join(ROOT, "launch", "main.py"),
+          "--config=" + os.path.join(ROOT, "configs", "suite.py") + ":models=minilm+minilm_sre,"
+          "tasks=sst2,seeds=2", f"--workdir={path}",
+          f"--config.suite.data_dirs.sst2={require_shared('data', 'sst2')}",
+          "--config.suite.max_length.sst2=32"] + [
+              f"--config.{k}={v}".replace(" ", "") for k, v in TINY.items()]
+
+
+def test_suite_killed_midway_finishes_the_rest_without_redoing(tmp_path, minilm):
+  del minilm
+  pytest.importorskip("sre_embedding_model")
+  path = tmp_path / "s"
+  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=1")
+  first = path / "minilm__sst2" / "results.json"
+  proc = subprocess.Popen(_suite_args(path), stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL, env=env)
+  t0 = time.time()
+  while not (path / "minilm_sre__sst2" / "means").exists():  # The second cell started.
+    assert proc.poll() is None and time.time() - t0 < 600
+    time.sleep(0.1)
+  proc.send_signal(signal.SIGKILL)
+  proc.wait()
+  assert first.exists() and not (path / "report").exists()
+  finished = sorted((path / "minilm__sst2").glob("probe/*/result.json")) + [
+      path / "minilm__sst2" / "means" / "means_raw.npz"]
+  done = [os.path.getmtime(p) for p in finished]
+  out = subprocess.run(_suite_args(path), capture_output=True, text=True, env=env, timeout=900)
+  assert out.returncode == 0, out.stderr[-3000:]
+  assert [os.path.getmtime(p) for p in finished] == done  # Reused, not redone.
+  assert "done before" in out.stderr and (path / "report" / "report.md").exists()
+  assert (path / "minilm_sre__sst2" / "results.json").exists()
