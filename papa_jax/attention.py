@@ -17,6 +17,7 @@ function recompiles only when those change.
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Any, Callable, Protocol, Sequence
 
 import jax
@@ -98,10 +99,11 @@ def constant_context(constants: Array, mask: Array, values: Array) -> Array:
     `[B, L, H, D]`.
   """
   m = mask.astype(values.dtype)
-  num = jnp.einsum("hqk,bkhd->bqhd", constants, values * m[:, :, None, None])
-  den = jnp.einsum("hqk,bk->bqh", jnp.abs(constants), m)
-  scale = m[:, :, None] / jnp.maximum(den, L1_EPS)
-  return num * scale[..., None]
+  c = constants.astype(values.dtype)
+  num = jnp.einsum("hqk,bkhd->bqhd", c, values * m[:, :, None, None])
+  den = jnp.einsum("hqk,bk->bqh", jnp.abs(constants), mask.astype(constants.dtype))
+  scale = mask.astype(den.dtype)[:, :, None] / jnp.maximum(den, L1_EPS)
+  return num * scale[..., None].astype(num.dtype)  # Values' dtype (mixed precision).
 
 
 def uniform_probs(mask: Array, shape: Sequence[int], dtype=jnp.float32) -> Array:
@@ -123,6 +125,20 @@ def fusion_barrier(x: Array) -> Array:
     return x
   fi = jnp.finfo(x.dtype)
   return jax.lax.reduce_precision(x, exponent_bits=fi.nexp, mantissa_bits=fi.nmant)
+
+
+def use_fused_attention() -> bool:
+  """Whether dynamic heads whose probabilities nobody reads use
+  `jax.nn.dot_product_attention` (cuDNN flash attention on GPU, XLA elsewhere).
+
+  On by default on GPU/TPU; off on CPU, where the explicit path with
+  `fusion_barrier` measured faster (benchmarks/RESULTS.md). The environment
+  variable PAPA_FUSED_ATTENTION=1 or 0 overrides the default.
+  """
+  env = os.environ.get("PAPA_FUSED_ATTENTION", "")
+  if env in ("0", "1"):
+    return env == "1"
+  return jax.default_backend() != "cpu"
 
 
 def merge_heads(parts: Sequence[tuple[Sequence[int], Array]], axis: int = 1) -> Array:
@@ -326,6 +342,7 @@ def attend(
     *,
     capture: bool,
     dropout: Callable[[Array], Array] | None,
+    fused_context: Callable[[tuple[int, ...], Array], Array] | None = None,
 ) -> tuple[Array, Array | None]:
   """One layer's attention under `override`: the context and the probabilities.
 
@@ -338,6 +355,10 @@ def attend(
     capture: the caller wants the probabilities.
     dropout: attention dropout to apply to the probabilities, or None when
       it is inactive.
+    fused_context: `(heads, values [B, L, h, d]) -> context [B, L, h, d]`
+      computed without materialising the probabilities (same masking as
+      `dynamic_probs`), used for dynamic heads when nothing needs their
+      probabilities and `use_fused_attention()`.
 
   Returns:
     `(context [B, L, H, d], probs [B, H, L, L])`; probs is None on the
@@ -348,15 +369,23 @@ def attend(
   lo = override if override is not None and not override.is_identity else None
   static = lo.static if lo else ()
   dynamic = tuple(h for h in all_heads if h not in static)
-  if (static and not capture and dropout is None and lo.probs_fn is None
-      and lo.ablate_heads is None):
-    # Constant-attention fast path: no Q/K, no softmax, no [B,H,L,L] tensor.
-    idx = np.asarray(static, dtype=np.int32)
-    parts = [(static, constant_context(lo.constants[idx], mask, values[:, :, idx]))]
+  no_probs = not capture and dropout is None and (lo is None or (
+      lo.probs_fn is None and lo.ablate_heads is None and lo.gate_logits is None))
+  if no_probs and (static or (fused_context is not None and use_fused_attention())):
+    # Fast path: constant heads without Q/K or softmax, dynamic heads fused when
+    # possible; no [B, H, L, L] tensor for constant heads.
+    parts = []
+    if static:
+      idx = np.asarray(static, dtype=np.int32)
+      parts.append((static, constant_context(lo.constants[idx], mask, values[:, :, idx])))
     if dynamic:
       didx = np.asarray(dynamic, dtype=np.int32)
-      parts.append((dynamic, jnp.einsum("bhqk,bkhd->bqhd", fusion_barrier(
-          dynamic_probs(dynamic)), values[:, :, didx])))
+      v = values[:, :, didx] if static else values
+      if fused_context is not None and use_fused_attention():
+        parts.append((dynamic, fused_context(dynamic, v)))
+      else:
+        parts.append((dynamic, jnp.einsum("bhqk,bkhd->bqhd", fusion_barrier(
+            dynamic_probs(dynamic)).astype(values.dtype), v)))
     return merge_heads(parts, axis=2), None
 
   if lo and lo.gate_logits is not None:
@@ -375,4 +404,5 @@ def attend(
   if lo and lo.ablate_heads is not None:
     probs = _ablate(lo, probs, values, mask)
   dropped = probs if dropout is None else dropout(probs)
-  return jnp.einsum("bhqk,bkhd->bqhd", fusion_barrier(dropped), values), probs
+  return jnp.einsum("bhqk,bkhd->bqhd", fusion_barrier(dropped).astype(values.dtype),
+                    values), probs

@@ -39,6 +39,9 @@ def get_config() -> ml_collections.ConfigDict:
 
   c.model = ml_collections.ConfigDict(dict(
       name="bert-base-uncased",  # Hub id, packaged model id, or local directory.
+      # Matmul dtype: float32, bfloat16 (float32 parameters, residuals, LayerNorms,
+      # softmax and attention sums), or auto: float32 on CPU, bfloat16 on GPU/TPU.
+      dtype="auto",
   ))
   c.data = ml_collections.ConfigDict(dict(
       # A built-in task (cola sst2 mrpc qqp stsb mnli qnli rte wnli ner pos chunk udpos),
@@ -192,6 +195,8 @@ def validate(config: ml_collections.ConfigDict) -> None:
   if unclassified_fields(config):
     raise ConfigError(f"Config has top-level fields {unclassified_fields(config)} that "
                       "config_schema does not classify as result or non-result fields.")
+  if config.model.dtype not in ("auto", "float32", "bfloat16"):
+    raise ConfigError(f"model.dtype={config.model.dtype!r}; use auto, float32 or bfloat16.")
   if config.stage not in STAGES:
     raise ConfigError(f"stage={config.stage!r}; choose one of {STAGES}.")
   from papa_jax import data  # pylint: disable=import-outside-toplevel
@@ -225,6 +230,13 @@ def validate(config: ml_collections.ConfigDict) -> None:
     raise ConfigError("report.n_boot must be >= 100 and report.level in (0.5, 1).")
   if config.effective.split not in ("train", "validation", "test"):
     raise ConfigError(f"effective.split={config.effective.split!r}; use train, validation or test.")
+
+
+def compute_dtype(config: ml_collections.ConfigDict, backend: str) -> str:
+  """`model.dtype` resolved for a backend ("auto": float32 on CPU, else bfloat16)."""
+  if config.model.dtype != "auto":
+    return config.model.dtype
+  return "float32" if backend == "cpu" else "bfloat16"
 
 
 def validate_for_model(config: ml_collections.ConfigDict, model_config) -> None:

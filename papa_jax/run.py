@@ -17,6 +17,7 @@ Start reading at `run`.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import os
 import time
@@ -46,7 +47,9 @@ class Setup:
     self.config, self.workdir = config, workdir
     self.task = data_lib.resolve_task(config.data)
     data_lib.check_files(config.data, self.splits_needed())
-    self.model = convert.load_pretrained(config.model.name)
+    model = convert.load_pretrained(config.model.name)
+    self.model = dataclasses.replace(model, config=model.config.replace(
+        compute_dtype=config_schema.compute_dtype(config, jax.default_backend())))
     mc = self.model.config
     config_schema.validate_for_model(config, mc)
     self.tokenizer = self.model.tokenizer()

@@ -44,6 +44,8 @@ class EncoderConfig:
     probe_dropout: the PAPA recipe's probe dropout for this checkpoint.
     add_prefix_space: its byte-level BPE tokenizer needs a prefix space for
       pre-split words.
+    compute_dtype: "float32", or "bfloat16" for mixed precision (bf16
+      matmuls; float32 parameters, residual stream, LayerNorms and softmax).
     family, name: provenance only (the converter's key, a path or hub id).
   """
 
@@ -77,6 +79,7 @@ class EncoderConfig:
   scale_query_first: bool = False
   probe_dropout: float = 0.1
   add_prefix_space: bool = False
+  compute_dtype: str = "float32"  # Matmul dtype ("bfloat16": mixed precision).
   family: str = ""
   name: str = ""
 
@@ -87,6 +90,7 @@ class EncoderConfig:
         ("embedding_projection", self.embedding_projection, EMBEDDING_PROJECTIONS),
         ("attention", self.attention, ATTENTION_KINDS),
         ("relative_span", self.relative_span, RELATIVE_SPANS),
+        ("compute_dtype", self.compute_dtype, ("float32", "bfloat16")),
     ):
       if value not in allowed:
         raise ValueError(f"Unsupported {field}={value!r}; supported: {allowed}.")

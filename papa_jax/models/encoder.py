@@ -42,6 +42,27 @@ class EncoderOutput(NamedTuple):
     return self.hidden_states[-1]
 
 
+DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+
+
+def compute_dtype(config: EncoderConfig):
+  """The matmul dtype for mixed precision, or None (compute in the parameters' dtype).
+
+  With bfloat16, parameters, the residual stream, LayerNorms and softmax stay
+  float32 (or wider).
+  """
+  return None if config.compute_dtype == "float32" else DTYPES[config.compute_dtype]
+
+
+def _cast(x: Array, dtype) -> Array:
+  return x if dtype is None else x.astype(dtype)
+
+
+def _widen(x: Array) -> Array:
+  """At least float32 (bfloat16 matmul outputs back to the residual dtype)."""
+  return x.astype(jnp.promote_types(x.dtype, jnp.float32))
+
+
 def activation(name: str):
   if name == "gelu":
     return functools.partial(jax.nn.gelu, approximate=False)
@@ -65,6 +86,7 @@ class HeadProjection(nn.Module):
   num_heads: int
   head_dim: int
   use_bias: bool = True
+  dtype: jnp.dtype | None = None
 
   @nn.compact
   def __call__(self, x: Array, heads: tuple[int, ...] | None = None) -> Array:
@@ -80,8 +102,8 @@ class HeadProjection(nn.Module):
       idx = np.asarray(heads, dtype=np.int32)
       kernel = kernel[:, idx]
       bias = None if bias is None else bias[idx]
-    y = jnp.einsum("...d,dhk->...hk", x, kernel)
-    return y if bias is None else y + bias
+    y = jnp.einsum("...d,dhk->...hk", _cast(x, self.dtype), _cast(kernel, self.dtype))
+    return y if bias is None else y + _cast(bias, self.dtype)
 
 
 class SelfAttention(nn.Module):
@@ -96,17 +118,17 @@ class SelfAttention(nn.Module):
 
   def setup(self):
     c = self.config
-    h, d = c.num_heads, c.dim_per_head
-    self.query = HeadProjection(h, d, use_bias=True)
-    self.key = HeadProjection(h, d, use_bias=c.key_bias)
-    self.value = HeadProjection(h, d, use_bias=True)
+    h, d, dt = c.num_heads, c.dim_per_head, compute_dtype(c)
+    self.query = HeadProjection(h, d, use_bias=True, dtype=dt)
+    self.key = HeadProjection(h, d, use_bias=c.key_bias, dtype=dt)
+    self.value = HeadProjection(h, d, use_bias=True, dtype=dt)
     self.out_kernel = self.param("out_kernel", _init, (h, d, c.hidden_size))
     self.out_bias = self.param("out_bias", nn.initializers.zeros, (c.hidden_size,))
     if c.relative_attention and not c.share_att_key:
       if "c2p" in c.pos_att_type:
-        self.pos_key = HeadProjection(h, d, use_bias=c.key_bias)
+        self.pos_key = HeadProjection(h, d, use_bias=c.key_bias, dtype=dt)
       if "p2c" in c.pos_att_type:
-        self.pos_query = HeadProjection(h, d, use_bias=True)
+        self.pos_query = HeadProjection(h, d, use_bias=True, dtype=dt)
     self.attn_dropout = nn.Dropout(c.attention_dropout)
     self.pos_dropout = nn.Dropout(c.hidden_dropout)
 
@@ -118,7 +140,7 @@ class SelfAttention(nn.Module):
     k = self.key(x, heads)
     if c.attention == "dot":
       scores = jnp.einsum("bqhd,bkhd->bhqk", q, k) * (c.dim_per_head**-0.5)
-      return attn.softmax_with_key_mask(scores, mask)
+      return attn.softmax_with_key_mask(_widen(scores), mask)
     pos_q = pos_k = None
     if c.relative_attention:
       if c.share_att_key:
@@ -130,7 +152,13 @@ class SelfAttention(nn.Module):
         if "c2p" in c.pos_att_type:
           pos_k = self.pos_key(rel_embeddings, heads)
     scores = deberta.disentangled_scores(c, q, k, pos_q, pos_k)
-    return attn.softmax_with_pair_mask(scores, mask)
+    return attn.softmax_with_pair_mask(_widen(scores), mask)
+
+  def _fused_context(self, x: Array, mask: Array, heads: tuple[int, ...], v: Array) -> Array:
+    """Dot-product attention of `heads` without materialised probabilities."""
+    q, k = self.query(x, heads), self.key(x, heads)
+    return jax.nn.dot_product_attention(q, k, v.astype(q.dtype), mask=mask[:, None, None, :],
+                                        scale=self.config.dim_per_head**-0.5)
 
   def __call__(
       self,
@@ -149,11 +177,13 @@ class SelfAttention(nn.Module):
     dropout = None
     if not (deterministic or c.attention_dropout == 0.0):
       dropout = functools.partial(self.attn_dropout, deterministic=False)
+    fused = functools.partial(self._fused_context, x, mask) if c.attention == "dot" else None
     context, probs = attn.attend(
         override, functools.partial(self._dynamic_probs, x, mask, rel_embeddings), v, mask,
-        capture=capture, dropout=dropout)
-    out = jnp.einsum("bqhd,hde->bqe", context, self.out_kernel) + self.out_bias
-    return out, probs, jnp.swapaxes(v, 1, 2)
+        capture=capture, dropout=dropout, fused_context=fused)
+    dt = compute_dtype(c)
+    out = jnp.einsum("bqhd,hde->bqe", _cast(context, dt), _cast(self.out_kernel, dt))
+    return _widen(out + _cast(self.out_bias, dt)), probs, jnp.swapaxes(v, 1, 2)
 
 
 class TransformerLayer(nn.Module):
@@ -170,11 +200,13 @@ class TransformerLayer(nn.Module):
         x, mask, override, rel_embeddings,
         deterministic=deterministic, capture=capture,
     )
+    dt = compute_dtype(c)
     h = layer_norm(c, "attention_norm")(x + drop(a, deterministic=deterministic))
-    f = nn.Dense(c.intermediate_size, kernel_init=_init, name="intermediate")(h)
-    f = nn.Dense(c.hidden_size, kernel_init=_init, name="output")(
+    f = nn.Dense(c.intermediate_size, kernel_init=_init, dtype=dt, name="intermediate")(h)
+    f = nn.Dense(c.hidden_size, kernel_init=_init, dtype=dt, name="output")(
         activation(c.hidden_act)(f)
     )
+    f = _widen(f)
     out = layer_norm(c, "output_norm")(h + drop(f, deterministic=deterministic))
     return out, probs, values
 
@@ -237,7 +269,12 @@ class Encoder(nn.Module):
       deterministic: bool = True,
       capture_attention: bool = False,
       capture_values: bool = False,
+      start_layer: int = 0,
+      start_hidden: Array | None = None,
   ) -> EncoderOutput:
+    """See the class docstring; `start_layer` > 0 skips the embeddings and the
+    first layers: `start_hidden [B, L, D]` is that layer's input (the earlier
+    hidden states, e.g. cached), and the outputs cover layers from there on."""
     c = self.config
     if input_ids.ndim != 2:
       raise ValueError(f"input_ids must be [batch, length], got {input_ids.shape}.")
@@ -259,9 +296,14 @@ class Encoder(nn.Module):
     if override is not None:
       override.validate(c.num_layers, c.num_heads, seq_len, input_ids.shape[0])
 
-    h = Embeddings(c, name="embeddings")(
-        input_ids, mask, token_type_ids, position_ids, deterministic=deterministic
-    )
+    if start_layer:
+      if start_hidden is None:
+        raise ValueError("start_layer > 0 needs start_hidden, that layer's input.")
+      h = start_hidden
+    else:
+      h = Embeddings(c, name="embeddings")(
+          input_ids, mask, token_type_ids, position_ids, deterministic=deterministic
+      )
     rel = None
     if c.relative_attention:
       rel = self.param("rel_embeddings", _init,
@@ -270,7 +312,7 @@ class Encoder(nn.Module):
         rel = layer_norm(c, "rel_norm")(rel)
       rel = deberta.sliced_rel_embeddings(c, rel, seq_len)
     hidden, probs_all, values_all = [h], [], []
-    for i in range(c.num_layers):
+    for i in range(start_layer, c.num_layers):
       lo = override.for_layer(i) if override is not None else None
       h, probs, values = TransformerLayer(c, i, name=f"layer_{i}")(
           h, mask, lo, rel, deterministic=deterministic, capture=capture_attention

@@ -269,3 +269,35 @@ def test_override_new_constants_or_gates_do_not_recompile(minilm, batch):
                                                   jnp.asarray(rng.normal(size=shape[:2]))))
   with pytest.raises(AssertionError, match="traced > 2 times"):  # A new head set does retrace.
     run(minilm.params, pj.AttentionOverride.constant(jnp.asarray(rng.random(shape)), ~heads))
+
+
+@pytest.mark.parametrize("static", [False, True])
+def test_override_fused_attention_equals_the_explicit_path(minilm, batch, monkeypatch, static):
+  """jax.nn.dot_product_attention (the accelerator path) = explicit softmax, same masking."""
+  ids, mask = batch
+  cfg = minilm.config
+  ov = None
+  if static:
+    heads = np.random.default_rng(7).random((cfg.num_layers, cfg.num_heads)) < 0.5
+    ov = pj.AttentionOverride.constant(
+        jnp.asarray(np.random.default_rng(8).random((cfg.num_layers, cfg.num_heads, 16, 16)),
+                    jnp.float32), heads)
+  outs = {}
+  for fused in ("0", "1"):
+    monkeypatch.setenv("PAPA_FUSED_ATTENTION", fused)
+    fn = jax.jit(lambda p, i, m, o: pj.Encoder(cfg).apply({"params": p}, i, m,
+                                                           override=o).hidden_states)
+    outs[fused] = fn(minilm.params, ids, mask, ov)
+  text = jax.jit(lambda p: pj.Encoder(cfg).apply({"params": p}, ids, mask).hidden_states
+                 ).lower(minilm.params).as_text()
+  assert "exponential" in text  # Still attention, computed inside dot_product_attention.
+  m = mask.astype(bool)
+  for a, b in zip(outs["0"], outs["1"]):
+    np.testing.assert_allclose(np.asarray(a)[m], np.asarray(b)[m], atol=1e-5)
+  # A fully padded row (a padding example of a batch) stays finite on both paths.
+  pad_ids, pad_mask = ids.copy(), mask.copy()
+  pad_mask[1] = 0
+  for fused in ("0", "1"):
+    monkeypatch.setenv("PAPA_FUSED_ATTENTION", fused)
+    out = pj.Encoder(cfg).apply({"params": minilm.params}, pad_ids, pad_mask, override=ov)
+    assert np.all(np.isfinite(np.asarray(out.last_hidden_state)))
