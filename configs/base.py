@@ -83,6 +83,11 @@ def get_config() -> ml_collections.ConfigDict:
       figure_head=-1,
       min_valid_tokens=0,  # Only examples with more real tokens than this.
   ))
+  c.explore = ml_collections.ConfigDict(dict(
+      examples=(0, 1, 2),  # Dev indices (whole validation split, file order) shown first.
+      max_examples=8,  # Stored in all, padded with the next dev examples; <= 0: just `examples`.
+      output="explorer.html",  # Under the workdir.
+  ))
   return c
 
 
