@@ -244,8 +244,9 @@ def test_page_numbers_come_from_the_workdir(tiny_page, tiny, minilm):
   eff = np.asarray(effective.effective_attention(out.attentions[l], out.values[l], key_mask)[0])
   want_eff = eff[0, h][np.ix_(pos, pos)]
   shown = np.asarray(p.js(f"papaExplorer.effective({e}, {l}, {h})")).reshape(n, n)
-  step = p.js(f"papaExplorer.data.examples[{e}].effective.scales[{l * 12 + h}]")
-  assert np.abs(shown - want_eff).max() <= step / 2 * (1 + 1e-5) + 1e-6
+  # n <= head dim 32 at L=32: A_eff = A, stored once as the dynamic block.
+  assert n <= 32 and p.js(f"papaExplorer.data.examples[{e}].effective") is None
+  assert np.abs(shown - want_eff).max() <= step / 2 * (1 + 1e-5) + 2e-5
 
   # The constant masked to the example, against attention.constant_probs.
   want = np.asarray(attention.constant_probs(jnp.asarray(avgs[l]), mask))[0, h][np.ix_(pos, pos)]
@@ -301,6 +302,20 @@ def test_large_model_page_stays_responsive(browser, tmp_path, minilm, capsys):
   size_mb = os.path.getsize(path) / 1e6
 
   p = Page(browser, path, timeout_s=120)
+  # Head dim 4 < n: effective attention differs from the dynamic one and is stored.
+  dev = data_lib.load_split(tiny_config(tmp_path, **{"data.max_length": L}).data, "validation",
+                            minilm.tokenizer(), 2).take(np.array([0]))  # Dev example 0.
+  out = model.apply(jnp.asarray(dev.input_ids), jnp.asarray(dev.attention_mask),
+                    token_type_ids=jnp.asarray(dev.token_type_ids), capture_attention=True,
+                    capture_values=True)
+  a, v = out.attentions[-1], out.values[-1]
+  key_mask = jnp.broadcast_to(jnp.asarray(dev.attention_mask, bool)[:, None, :], a.shape[:-1])
+  pos = np.flatnonzero(dev.attention_mask[0])
+  want = np.asarray(effective.effective_attention(a, v, key_mask)[0])[0, 5][np.ix_(pos, pos)]
+  shown = np.asarray(p.js(f"papaExplorer.effective(0, {layers - 1}, 5)")).reshape(len(pos), -1)
+  step = p.js(f"papaExplorer.data.examples[0].effective.scales[{(layers - 1) * heads + 5}]")
+  assert np.abs(shown - want).max() <= step / 2 * (1 + 1e-5) + 1e-6
+  assert np.abs(want - np.asarray(a)[0, 5][np.ix_(pos, pos)]).max() > 10 * step
   load_ms, longest = p.js("papaExplorer.loadMs"), max(p.js("window.__longTasks") or [0])
   assert p.page.locator("#grid canvas.cell").count() == layers * heads
   assert p.page.locator("#curve .band").count() == 2 and p.page.locator("#curve .errbar").count() > 5

@@ -25,7 +25,8 @@ QUANTIZATION = (
     "and within max|a|/254 for signed ones (effective attention), max being that matrix's "
     "largest entry. The constant matrix masked to an example is renormalised from these codes: "
     "an entry r of a row whose kept mass is S, over n tokens, is within e(1 + n r)/(S - n e), "
-    "e the matrix's bound.")
+    "e the matrix's bound. An example with no more real tokens than the head dimension has "
+    "effective = input-dependent attention (within 1e-5); it is stored once.")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,7 +81,8 @@ def _check_model(model, means: means_lib.Means, warnings: list[str]) -> None:
                     "with (its parameters differ): example attention is from another model.")
 
 
-def payload(workdir: str, *, examples: Sequence[int] = (0, 1, 2), max_examples: int = 8,
+def payload(workdir: str, *, examples: Sequence[int] = ExplorerConfig.examples,
+            max_examples: int = ExplorerConfig.max_examples,
             model=None) -> dict[str, Any]:
   """Everything the page shows, as a JSON-ready dict (matrices packed)."""
   cfg = collect.read_config(workdir)
@@ -135,8 +137,9 @@ def render(data: dict[str, Any]) -> str:
                 _static("explorer.html"))
 
 
-def write_explorer(workdir: str, *, examples: Sequence[int] = (0, 1, 2), max_examples: int = 8,
-                   path: str | None = None, model=None) -> str:
+def write_explorer(workdir: str, *, examples: Sequence[int] = ExplorerConfig.examples,
+                   max_examples: int = ExplorerConfig.max_examples, path: str | None = None,
+                   model=None) -> str:
   """Writes a self-contained `explorer.html` of a finished workdir.
 
   The page opens from the file system (no server, no network) and shows the

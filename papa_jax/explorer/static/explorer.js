@@ -29,7 +29,8 @@
     }
     return out;
   }
-  const exMat = (e, kind, l, h) => { const m = dec.examples[e][kind]; return m.values(m.index(l, h)); };
+  // Effective attention is stored only where it differs from the dynamic one.
+  const exMat = (e, kind, l, h) => { const m = dec.examples[e][kind] || dec.examples[e].dynamic; return m.values(m.index(l, h)); };
   const staticSet = () => new Set((D.ranking ? D.ranking.order : []).slice(0, M.counts[S.k]).map((p) => `${p}`));
 
   // ---- constant-matrix grid and the large view ----
@@ -96,6 +97,10 @@
     const mm = D.means[S.variant].meta, r = rankOf[`${S.layer},${S.head}`];
     $("big-title").textContent = `Layer ${S.layer}, head ${S.head}: mean ${S.variant} attention over ` +
       `${mm.num_examples} ${mm.split} examples` + (r ? ` · rank ${r} of ${TOTAL} (constant from k ≥ ${r})` : "");
+    const scale = S.gamma === 1 ? "linear" : "square-root";
+    Draw.colorbar($("big-bar"), m.signed ? "div" : "seq", m.signed ? -m.scales[k] * m.levels : 0,
+      m.scales[k] * m.levels, (v) => fmt(v, 3));
+    $("big-bar").append(el("span", { class: "note", text: ` ${scale} colour scale` }));
     $("big-note").textContent = `max ${fmt(m.scales[k] * m.levels, 4)}, stored within ±${fmt(m.error(k), 5)}. ` +
       (M.papa_layout ? `PAPA layout: [CLS] at 0, first separator at ${Math.floor(L / 2)}, final separator at ${L - 1}.`
         : "This workdir did not use the PAPA layout (data.papa_layout=False): only [CLS] at 0 " +
@@ -143,9 +148,9 @@
     const svg = $("curve"), rows = D.results ? D.results.rows : [];
     svg.replaceChildren();
     if (!rows.length) { svg.append(el("text", { x: 20, y: 40, text: "No results.json: run the 'probe' stage." })); return; }
-    const W = 460, H = 290, ml = 56, mr = 14, mt = 14, mb = 44;
-    svg.setAttribute("viewBox", `0 0 ${W} ${H}`);
     const variants = [...new Set(rows.map((r) => r.variant))].sort((a, b) => (a !== "raw") - (b !== "raw"));
+    const W = 460, H = 290, ml = 56, mr = 14, mt = 10 + 14 * variants.length, mb = 44;  // Legend on top.
+    svg.setAttribute("viewBox", `0 0 ${W} ${H}`);
     const ys = rows.flatMap((r) => [r.score, r.band_low, r.band_high,
       r.score_std != null ? r.score - r.score_std : null, r.score_std != null ? r.score + r.score_std : null])
       .filter((v) => v != null && Number.isFinite(v));
@@ -186,7 +191,7 @@
         svg.append(el("circle", { cx: X(r.fraction), cy: Y(r.score), r: 4, fill: col, class: "pt" },
           el("title", { text: `${v}: ${r.static_heads}/${r.total_heads} constant, ${r.metric} ${fmt(r.score, 4)}${extra}` })));
       }
-      svg.append(el("text", { x: W - mr - 4, y: mt + 12 + 14 * vi, "text-anchor": "end", fill: col, text: `constant = mean ${v} attention` }));
+      svg.append(el("text", { x: W - mr, y: 12 + 14 * vi, "text-anchor": "end", fill: col, text: `● constant = mean ${v} attention` }));
     });
   }
 
@@ -276,13 +281,15 @@
     const e = S.example, x = D.examples[e], { layer: l, head: h } = S;
     for (const b of document.querySelectorAll(".example-item")) b.classList.toggle("active", +b.dataset.example === e);
     const mats = {
-      dynamic: [exMat(e, "dynamic", l, h), false, "input-dependent attention"],
-      constant: [maskedConstant(S.variant, e, l, h), meansOf(S.variant).signed, `constant (mean ${S.variant}) masked to this example`],
-      effective: [exMat(e, "effective", l, h), true, "effective attention"],
+      dynamic: [exMat(e, "dynamic", l, h), false, "input-dependent"],
+      constant: [maskedConstant(S.variant, e, l, h), meansOf(S.variant).signed, `constant (mean ${S.variant}), masked`],
+      effective: [exMat(e, "effective", l, h), true, x.effective ? "effective (blue < 0)"
+        : "effective (= input-dependent: no more tokens than the head dimension)"],
     };
     for (const [kind, [vals, signed, title]] of Object.entries(mats)) {
       const peak = tokenMatrix($(`ex-${kind}`), vals, x.tokens, signed, title);
       $(`ex-${kind}-title`).textContent = `${title} (max |a| ${fmt(peak, 3)})`;
+      $(`ex-${kind}-title`).style.maxWidth = $(`ex-${kind}`).style.width;
     }
     const [vals, signed] = mats[$("line-source").value];
     lineView(vals, x.tokens, signed);
@@ -326,7 +333,8 @@
     header();
     const jobs = Object.entries(D.means).map(async ([v, rec]) => { dec.means[v] = await Draw.matrices(rec); });
     D.examples.forEach((x, e) => jobs.push((async () => {
-      dec.examples[e] = { dynamic: await Draw.matrices(x.dynamic), effective: await Draw.matrices(x.effective) };
+      dec.examples[e] = { dynamic: await Draw.matrices(x.dynamic),
+                          effective: x.effective ? await Draw.matrices(x.effective) : null };
     })()));
     await Promise.all(jobs);
     buildGrid(); buildRanking(); buildExamples(); buildStats();
