@@ -11,7 +11,9 @@ import os
 import shutil
 import time
 
+import jax
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
 import pytest
 
@@ -136,11 +138,15 @@ def tiny(tmp_path_factory, minilm):
   """A tiny real run (means, sort, probes, effective stats) and its explorer page."""
   tmp = tmp_path_factory.mktemp("explorer")
   wd = str(tmp / "wd")
-  c = tiny_config(tmp, **{"probe.epochs": 1})
+  fast = {"probe.epochs": 1, "probe.cache_features": True, "probe.encoder_dropout": False}
+  c = tiny_config(tmp, **fast)
+  t0 = time.perf_counter()
   run.run(c, wd)
-  run.run(tiny_config(tmp, **{"probe.epochs": 1, "stage": "effective",
-                              "effective.max_examples": 16}), wd)
+  t1 = time.perf_counter()
+  run.run(tiny_config(tmp, stage="effective", **{"effective.max_examples": 16}, **fast), wd)
+  t2 = time.perf_counter()
   path = write_explorer(wd, examples=(0, 1, 2), max_examples=5, model=minilm)
+  print(f"tiny run {t1 - t0:.0f} s, effective {t2 - t1:.0f} s, explorer {time.perf_counter() - t2:.0f} s")
   return dict(wd=wd, path=path, config=c)
 
 
@@ -151,8 +157,11 @@ def tiny_page(browser, tiny):
   page.page.close()
 
 
-def test_page_renders_every_view_without_errors(tiny_page, tiny, tmp_path):
+def test_page_renders_every_view_without_errors(tiny_page, tiny, tmp_path, capsys):
   p = tiny_page
+  with capsys.disabled():
+    print(f"\n[explorer 6x12, L=32, 5 examples] {os.path.getsize(tiny['path']) / 1e6:.2f} MB, "
+          f"first full render {p.js('papaExplorer.loadMs') / 1000:.2f} s in the browser")
   assert p.page.locator("#grid canvas.cell").count() == 6 * 12
   assert p.page.locator(".rank-cell").count() == 6 * 12
   assert p.page.locator(".stat-cell").count() == 6 * 12
@@ -289,22 +298,36 @@ def synthetic_workdir(wd: str, data_cfg: dict, layers: int, heads: int, L: int, 
   return avgs
 
 
-def test_large_model_page_stays_responsive(browser, tmp_path, minilm, capsys):
+def random_params(config: EncoderConfig, seed: int):
+  """Random weights of `config`'s shapes (much faster than a 24-layer eager init)."""
+  rng = np.random.default_rng(seed)
+  shapes = jax.eval_shape(lambda: init_params(config))
+
+  def leaf(path, s):
+    name = jax.tree_util.keystr(path)
+    if name.endswith("['scale']"):  # LayerNorm: identity, or activations vanish.
+      return jnp.ones(s.shape, s.dtype)
+    return jnp.asarray(rng.normal(scale=0.05, size=s.shape), s.dtype)
+
+  return jax.tree_util.tree_map_with_path(leaf, shapes)
+
+
+def test_large_model_page_stays_responsive(browser, tiny, tmp_path, minilm, capsys):
   L, layers, heads = 128, 24, 16
   cfg = EncoderConfig(family="bert", vocab_size=minilm.config.vocab_size, hidden_size=64,
                       num_layers=layers, num_heads=heads, intermediate_size=128,
                       max_position_embeddings=512)
-  model = convert.Pretrained(cfg, init_params(cfg, seed=1), minilm.model_dir)
+  model = convert.Pretrained(cfg, random_params(cfg, seed=1), minilm.model_dir)
   wd = str(tmp_path / "large")
-  data_cfg = json.loads(tiny_config(tmp_path).data.to_json())
+  data_cfg = json.loads(tiny["config"].data.to_json())  # Its prepared TFDS data too.
   avgs = synthetic_workdir(wd, data_cfg, layers, heads, L)
   path = write_explorer(wd, examples=(0, 1), max_examples=-1, model=model)
   size_mb = os.path.getsize(path) / 1e6
 
   p = Page(browser, path, timeout_s=120)
   # Head dim 4 < n: effective attention differs from the dynamic one and is stored.
-  dev = data_lib.load_split(tiny_config(tmp_path, **{"data.max_length": L}).data, "validation",
-                            minilm.tokenizer(), 2).take(np.array([0]))  # Dev example 0.
+  data_cfg = ml_collections.ConfigDict(dict(data_cfg, max_length=L))
+  dev = data_lib.load_split(data_cfg, "validation", minilm.tokenizer(), 2).take(np.array([0]))
   out = model.apply(jnp.asarray(dev.input_ids), jnp.asarray(dev.attention_mask),
                     token_type_ids=jnp.asarray(dev.token_type_ids), capture_attention=True,
                     capture_values=True)
