@@ -12,9 +12,9 @@ import numpy as np
 from absl import logging
 
 from papa_jax.analysis import effective
+from papa_jax.explorer import pack
 from papa_jax.papa import means as means_lib
 from papa_jax.papa import schedule
-from papa_jax.explorer import pack
 
 # Per-head maps of the effective stage's stats.json, as (key, label); mass keys
 # are [layers, heads, categories] and become one map per category.
