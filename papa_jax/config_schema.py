@@ -19,10 +19,12 @@ from typing import Any
 
 import ml_collections
 
-STAGES = ("means", "sort", "probe", "all", "effective", "suite", "report")
+STAGES = ("means", "sort", "probe", "all", "effective", "suite", "report", "explore")
 VARIANTS = ("raw", "effective")
 FEATURE_DTYPES = ("float32", "bfloat16")
 RESULT_GROUPS = ("model", "data", "sort", "probe", "effective")
+PAPA_GROUPS = ("model", "data", "sort", "probe")  # What means, sort and probe runs depend on.
+EFFECTIVE_GROUPS = ("model", "data", "effective")
 NON_RESULT_GROUPS = ("papa", "run", "report", "suite", "explore")
 NON_RESULT_FIELDS = ("stage", "overwrite")
 
@@ -116,6 +118,11 @@ def get_config() -> ml_collections.ConfigDict:
       figure_head=-1,
       min_valid_tokens=0,  # Only examples with more real tokens than this.
   ))
+  c.explore = ml_collections.ConfigDict(dict(
+      examples=(0, 1, 2),  # Dev indices (whole validation split, file order) shown first.
+      max_examples=8,  # Stored in all, padded with the next dev examples; <= 0: just `examples`.
+      output="explorer.html",  # Under the workdir.
+  ))
   c.report = ml_collections.ConfigDict(dict(
       n_boot=1000,  # Bootstrap resamples (over dev examples and probe seeds).
       seed=0,
@@ -148,10 +155,11 @@ def _flat(d: dict, prefix: str = "") -> dict[str, Any]:
   return out
 
 
-def result_config(config: ml_collections.ConfigDict) -> dict[str, Any]:
-  """The flattened fields that decide results: the result groups, nothing else."""
+def result_config(config: ml_collections.ConfigDict,
+                  groups: tuple[str, ...] = RESULT_GROUPS) -> dict[str, Any]:
+  """The flattened fields that decide results (of `groups`), nothing else."""
   d = json.loads(config.to_json_best_effort())
-  return _flat({k: v for k, v in d.items() if k in RESULT_GROUPS})
+  return _flat({k: v for k, v in d.items() if k in groups})
 
 
 def unclassified_fields(config: ml_collections.ConfigDict) -> list[str]:

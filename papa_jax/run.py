@@ -89,8 +89,8 @@ class Setup:
 
   def result_fingerprint(self, **unit) -> str:
     """The fingerprint of one unit of work under this config and model."""
-    return workdir_lib.fingerprint(dict(unit, model=self.model_fingerprint,
-                                        config=config_schema.result_config(self.config)))
+    return workdir_lib.fingerprint(dict(unit, model=self.model_fingerprint, config=(
+        config_schema.result_config(self.config, config_schema.PAPA_GROUPS))))
 
   def means_metadata(self, variant: str) -> dict:
     d = self.config.data
@@ -348,6 +348,10 @@ def run(config: ml_collections.ConfigDict, workdir: str):
   config_schema.validate(config)
   workdir_lib.prepare(workdir)
   main = parallel.is_main_process()
+  if config.stage == "explore":
+    from papa_jax import explorer  # pylint: disable=import-outside-toplevel
+    with workdir_lib.lock(workdir) if main else contextlib.nullcontext():
+      return explorer.run(config, workdir) if main else None
   if config.stage in ("suite", "report"):
     from papa_jax import suite  # pylint: disable=import-outside-toplevel
     if config.stage == "suite":

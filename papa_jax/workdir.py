@@ -2,11 +2,10 @@
 
 Every file a stage writes goes through `atomic_write` (a temporary file in the
 same directory, then `os.replace`), so a killed run never leaves a truncated
-result behind. A workdir is bound to the result fields of the config that
-finished work in it (`config_schema.result_config`): `config.json` is written
-when the first stage starts, but a workdir that holds no finished work yet is
-rebound freely, so a run that failed on a data error does not lock its
-workdir to the broken config.
+result behind. A workdir is bound to the result fields that its finished work depends on
+(`FINISHED`; e.g. PAPA runs do not depend on the `effective` group): a
+workdir holding no finished work yet is rebound freely, so a run that failed
+on a data error does not lock its workdir to the broken config.
 """
 
 from __future__ import annotations
@@ -31,8 +30,16 @@ CONFIG_FILE = "config.json"
 # Outputs of finished work; their presence binds the workdir to its config.
 RESULT_DIRS = ("means", "sort", "probe", "effective", "finetune", "ablation", "features")
 RESULT_FILES = ("results.json", "results.csv", "results.md", "papa_curve.png")
-FINISHED = ("means/means_*.npz", "sort/sorted_heads.json", "probe/*/result.json",
-            "*/stats.json", "*/result.json", "results.json")
+# Finished outputs and the config groups they depend on.
+FINISHED = {
+    "means/means_*.npz": config_schema.PAPA_GROUPS,
+    "sort/sorted_heads.json": config_schema.PAPA_GROUPS,
+    "probe/*/result.json": config_schema.PAPA_GROUPS,
+    "results.json": config_schema.PAPA_GROUPS,
+    "effective/stats.json": config_schema.EFFECTIVE_GROUPS,
+    "*/stats.json": config_schema.RESULT_GROUPS,
+    "*/result.json": config_schema.RESULT_GROUPS,
+}
 
 
 def fingerprint(obj: Any) -> str:
@@ -86,12 +93,17 @@ def read_json(path: str) -> Any:
     return json.load(f)
 
 
-def has_finished_work(workdir: str) -> bool:
-  """Whether any stage has finished a unit of work here (partial sums do not count)."""
-  for pattern in FINISHED:
+def bound_groups(workdir: str) -> set[str]:
+  """The config groups the finished work here depends on (partial sums do not count)."""
+  groups: set[str] = set()
+  for pattern, deps in FINISHED.items():
     if any(not p.endswith(".partial.npz") for p in glob.glob(os.path.join(workdir, pattern))):
-      return True
-  return False
+      groups.update(deps)
+  return groups
+
+
+def has_finished_work(workdir: str) -> bool:
+  return bool(bound_groups(workdir))
 
 
 def prepare(workdir: str) -> None:
@@ -114,8 +126,10 @@ def bind(config: ml_collections.ConfigDict, workdir: str, *, main_process: bool 
   mine = config_schema.result_config(config)
   if os.path.exists(path):
     theirs = config_schema.result_config(ml_collections.ConfigDict(read_json(path)))
-    diff = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
-    if diff and has_finished_work(workdir):
+    bound = bound_groups(workdir)
+    diff = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k)
+                  and k.split(".")[0] in bound)
+    if diff:
       if not config.overwrite:
         details = "; ".join(f"{k}: {theirs.get(k)!r} -> {mine.get(k)!r}" for k in diff[:8])
         raise config_schema.ConfigError(
@@ -129,8 +143,9 @@ def bind(config: ml_collections.ConfigDict, workdir: str, *, main_process: bool 
         for name in RESULT_FILES:
           with contextlib.suppress(FileNotFoundError):
             os.remove(os.path.join(workdir, name))
-    elif diff:
-      logging.info("%s held a config with no finished work; rebinding the workdir.", path)
+    elif mine != theirs:
+      logging.info("%s held other result fields that no finished work here depends on; "
+                   "rebinding the workdir.", path)
   if main_process:
     write_json(path, json.loads(config.to_json_best_effort()))
 

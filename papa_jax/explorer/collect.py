@@ -1,0 +1,199 @@
+"""What the explorer shows, read from a finished workdir (and the model, for examples)."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl import logging
+
+from papa_jax.analysis import effective
+from papa_jax.explorer import pack
+from papa_jax.papa import means as means_lib
+from papa_jax.papa import schedule
+
+# Per-head maps of the effective stage's stats.json, as (key, label); mass keys
+# are [layers, heads, categories] and become one map per category.
+STAT_MAPS = (("mass_raw", "raw attention mass on"), ("mass_eff", "effective attention mass on"),
+             ("null_ratio", "null ratio ||A - A_eff|| / ||A||"), ("corr", "corr(A, A_eff)"),
+             ("js", "JS divergence raw vs effective"), ("rank", "rank of the values"))
+
+
+@jax.jit
+def _effective(a: jax.Array, v: jax.Array, mask: jax.Array) -> jax.Array:
+  """One layer's effective attention (jitted: every layer reuses one compilation)."""
+  key_mask = jnp.broadcast_to(mask[:, None, :], a.shape[:-1])
+  return effective.effective_attention(a, v, key_mask)[0]
+
+
+# Effective attention within this of the dynamic one (far below the 8-bit
+# step) is stored as "same as dynamic".
+SAME_ATOL = 1e-5
+
+
+def _read_json(path: str) -> Any:
+  with open(path) as f:
+    return json.load(f)
+
+
+def read_config(workdir: str) -> dict:
+  path = os.path.join(workdir, "config.json")
+  if not os.path.exists(path):
+    raise FileNotFoundError(f"{path} does not exist: {workdir} is not a finished workdir.")
+  return _read_json(path)
+
+
+def read_means(workdir: str) -> dict[str, means_lib.Means]:
+  """The constant matrices of every variant present (raw first)."""
+  out = {}
+  for variant in means_lib.ATTENTION_KINDS:
+    path = os.path.join(workdir, "means", f"means_{variant}.npz")
+    if os.path.exists(path):
+      out[variant] = means_lib.load_means(path)
+  if not out:
+    raise FileNotFoundError(f"No means file under {workdir}/means: run the 'means' stage first.")
+  shapes = {v: m.avgs.shape for v, m in out.items()}
+  if len(set(shapes.values())) != 1:
+    raise ValueError(f"Means files of different shapes in {workdir}: {shapes}.")
+  return out
+
+
+def read_ranking(workdir: str, layers: int, heads: int) -> dict | None:
+  """Gate logits and the ranking (least input-dependent first), if sorted."""
+  path = os.path.join(workdir, "sort", "sorted_heads.json")
+  if not os.path.exists(path):
+    return None
+  order = schedule.load_ranking(path, layers, heads)
+  lam_path = os.path.join(workdir, "sort", "lambdas.npy")
+  lambdas = np.load(lam_path) if os.path.exists(lam_path) else None
+  if lambdas is not None and lambdas.shape != (layers, heads):
+    raise ValueError(f"{lam_path} has shape {lambdas.shape}; expected {(layers, heads)}.")
+  return dict(order=order, lambdas=pack.finite_or_none(lambdas))
+
+
+def read_results(workdir: str) -> dict | None:
+  """Score vs static heads per variant (mean over probe seeds, with the sample
+  std as `score_std` when there are several), if probed."""
+  from papa_jax import results  # pylint: disable=import-outside-toplevel
+  path = os.path.join(workdir, "results.json")
+  if not os.path.exists(path):
+    return None
+  raw = _read_json(path).get("rows", [])
+  if not raw:
+    return None
+  if len({(r["variant"], r["static_heads"]) for r in raw}) == len(raw):  # One row per run.
+    keep = ("variant", "static_heads", "total_heads", "fraction", "metric", "score",
+            "score_std", "band_low", "band_high", "examples", "eval_examples")
+    return dict(rows=pack.finite_or_none([{k: r[k] for k in keep if k in r} for r in raw]))
+  rows = []
+  raw = [dict(r, model=r.get("model", ""), task=r.get("task", ""),
+              best_score=r.get("best_score", r["score"]), seconds=r.get("seconds", 0.0))
+         for r in raw]
+  for (_, _, variant, k), r in results.by_run(raw).items():
+    row = dict(variant=variant, static_heads=k, total_heads=r["total_heads"],
+               fraction=r["fraction"], metric=r["metric"], score=r["mean"], n_seeds=r["n"],
+               examples=raw[0].get("examples"), eval_examples=raw[0].get("eval_examples"))
+    if r["std"] is not None:
+      row.update(score_std=r["std"], band_low=r["mean"] - r["std"],
+                 band_high=r["mean"] + r["std"])
+    rows.append(row)
+  return dict(rows=pack.finite_or_none(rows))
+
+
+def read_effective_stats(workdir: str) -> dict | None:
+  """The effective stage's per-head maps as `{subset: {name: [layers][heads]}}`."""
+  path = os.path.join(workdir, "effective", "stats.json")
+  if not os.path.exists(path):
+    return None
+  st = _read_json(path)
+  cats = st.get("categories", ["cls", "sep", "punct", "other"])
+  maps: dict[str, dict[str, Any]] = {}
+  for subset in ("all", "long"):
+    if not st.get(f"count/{subset}"):
+      continue
+    maps[subset] = {}
+    for key, label in STAT_MAPS:
+      value = st.get(f"{key}/{subset}")
+      if value is None:
+        continue
+      arr = np.asarray(value, np.float64)
+      if arr.ndim == 3:  # Mass per token category.
+        for c, name in enumerate(cats):
+          maps[subset][f"{label} [{name.upper()}]" if name in ("cls", "sep") else
+                       f"{label} {name}"] = pack.finite_or_none(arr[..., c])
+      else:
+        maps[subset][label] = pack.finite_or_none(arr)
+  counts = {s: st.get(f"count/{s}") for s in ("all", "long")}
+  return dict(maps=maps, counts=counts, summary=pack.finite_or_none(st.get("summary", {})))
+
+
+def example_indices(examples: Sequence[int], max_examples: int, available: int) -> list[int]:
+  """`examples` first, then the following dev indices, up to `max_examples` in all.
+
+  `max_examples <= 0` keeps exactly `examples`.
+  """
+  chosen = [int(i) for i in examples]
+  bad = [i for i in chosen if not 0 <= i < available]
+  if bad:
+    raise ValueError(f"explore.examples {bad} outside the {available} dev examples.")
+  if max_examples > 0 and len(chosen) > max_examples:
+    raise ValueError(f"explore.examples lists {len(chosen)} indices but "
+                     f"explore.max_examples={max_examples}.")
+  if len(set(chosen)) != len(chosen):
+    raise ValueError(f"explore.examples {chosen} repeats an index.")
+  want = max(max_examples, len(chosen))
+  i = 0
+  while len(chosen) < want and i < available:
+    if i not in chosen:
+      chosen.append(i)
+    i += 1
+  return chosen
+
+
+def example_records(model, data_cfg, examples: Sequence[int], max_examples: int) -> list[dict]:
+  """Per example: word pieces, positions, and every head's dynamic and effective block.
+
+  Runs `model` on the chosen dev examples (the workdir's layout and length) and
+  keeps only the n x n block of each example's real tokens.
+  """
+  from papa_jax import data as data_lib  # pylint: disable=import-outside-toplevel
+  tokenizer = model.tokenizer()
+  dev = data_lib.load_split(data_cfg, "validation", tokenizer, model.config.type_vocab_size)
+  chosen = example_indices(examples, max_examples, len(dev))
+  if not chosen:
+    return []
+  sub = dev.take(np.asarray(chosen))
+  out = model.apply(jnp.asarray(sub.input_ids), jnp.asarray(sub.attention_mask),
+                    token_type_ids=jnp.asarray(sub.token_type_ids),
+                    capture_attention=True, capture_values=True)
+  mask = jnp.asarray(sub.attention_mask, bool)
+  dyn, eff = [], []
+  for a, v in zip(out.attentions, out.values):
+    dyn.append(np.asarray(a, np.float32))
+    eff.append(np.asarray(_effective(a, v, mask), np.float32))
+  dyn, eff = np.stack(dyn, 1), np.stack(eff, 1)  # [B, layers, H, L, L]
+  records = []
+  for b, index in enumerate(chosen):
+    pos = np.flatnonzero(sub.attention_mask[b])
+    ids = sub.input_ids[b, pos]
+    block = np.ix_(pos, pos)
+    # Softmax rows are non-negative; tiny negative float noise would force signed codes.
+    d = np.maximum(dyn[b][..., block[0], block[1]], 0.0)
+    e = eff[b][..., block[0], block[1]]
+    label = sub.labels[b]
+    # With no more real tokens than the head dimension the values span every
+    # key, so A_eff = A: store it once (the page reuses the dynamic block).
+    same = bool(np.abs(e - d).max() <= SAME_ATOL)
+    records.append(dict(
+        index=int(index), positions=pos.tolist(),
+        tokens=tokenizer.convert_ids_to_tokens(ids.tolist()),
+        text=tokenizer.decode(ids.tolist(), skip_special_tokens=True),
+        label=pack.finite_or_none(label.tolist() if label.ndim == 0 else None),
+        dynamic=pack.packed_matrices(d, signed=False),
+        effective=None if same else pack.packed_matrices(e, signed=True)))
+  logging.info("explorer: %d dev examples (%s).", len(records), chosen)
+  return records

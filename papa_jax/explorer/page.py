@@ -1,0 +1,173 @@
+"""Writes the explorer: one self-contained HTML file per finished workdir."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import importlib.resources
+import json
+import os
+import re
+from typing import Any, Sequence
+
+import ml_collections
+from absl import logging
+
+from papa_jax.explorer import collect, pack
+from papa_jax.papa import means as means_lib
+from papa_jax.papa import schedule
+
+STATIC_FILES = ("explorer.html", "explorer.css", "draw.js", "explorer.js")
+QUANTIZATION = (
+    "Matrices are stored as 8-bit codes with one scale per matrix (each head's constant "
+    "matrix, each example's attention of one head): a shown value is within max/510 of the "
+    "computed one for non-negative matrices (constant matrices, input-dependent attention) "
+    "and within max|a|/254 for signed ones (effective attention), max being that matrix's "
+    "largest entry. The constant matrix masked to an example is renormalised from these codes: "
+    "an entry r of a row whose kept mass is S, over n tokens, is within e(1 + n r)/(S - n e), "
+    "e the matrix's bound. An example with no more real tokens than the head dimension has "
+    "effective = input-dependent attention (within 1e-5); it is stored once.")
+
+
+@dataclasses.dataclass(frozen=True)
+class ExplorerConfig:
+  """What the page stores besides the workdir's files.
+
+  Attributes:
+    examples: dev-split indices (file order, the whole split) shown first.
+    max_examples: examples stored in all: `examples`, then the following dev
+      indices (for the search box); <= 0: exactly `examples`. Each costs about
+      2 x layers x heads x n^2 bytes before compression (n real tokens).
+    output: file name under the workdir.
+  """
+
+  examples: tuple[int, ...] = (0, 1, 2)
+  max_examples: int = 8
+  output: str = "explorer.html"
+
+  @classmethod
+  def from_config(cls, explore: Any) -> ExplorerConfig:
+    """From `config.explore` (a ConfigDict or dict); missing fields keep defaults."""
+    d = dict(explore) if explore is not None else {}
+    fields = {f.name for f in dataclasses.fields(cls)}
+    kw = {k: v for k, v in d.items() if k in fields}
+    if "examples" in kw:
+      kw["examples"] = tuple(int(i) for i in kw["examples"])
+    return cls(**kw)
+
+
+def run(config, workdir: str) -> str:
+  """The launcher's entry point: `write_explorer` with `config.explore`."""
+  c = ExplorerConfig.from_config(config.get("explore"))
+  return write_explorer(workdir, examples=c.examples, max_examples=c.max_examples,
+                        path=os.path.join(workdir, c.output))
+
+
+def _static(name: str) -> str:
+  return importlib.resources.files("papa_jax.explorer").joinpath("static", name).read_text("utf-8")
+
+
+def _check_model(model, means: means_lib.Means, warnings: list[str]) -> None:
+  layers, heads, L, _ = means.avgs.shape
+  mc = model.config
+  if (mc.num_layers, mc.num_heads) != (layers, heads):
+    raise ValueError(f"The model has {mc.num_layers}x{mc.num_heads} heads but the means "
+                     f"have {layers}x{heads}.")
+  if L > mc.max_length:
+    raise ValueError(f"The means have length {L}, over the model's {mc.max_length} positions.")
+  want = means.metadata.get("model_fingerprint")
+  if want and means_lib.model_fingerprint(mc, model.params) != want:
+    warnings.append("The model used for the examples is not the one the means were computed "
+                    "with (its parameters differ): example attention is from another model.")
+
+
+def payload(workdir: str, *, examples: Sequence[int] = ExplorerConfig.examples,
+            max_examples: int = ExplorerConfig.max_examples,
+            model=None) -> dict[str, Any]:
+  """Everything the page shows, as a JSON-ready dict (matrices packed)."""
+  cfg = collect.read_config(workdir)
+  means = collect.read_means(workdir)
+  first = next(iter(means.values()))
+  layers, heads, L, _ = first.avgs.shape
+  meta_first = first.metadata
+  layout = bool(meta_first.get("papa_layout", cfg.get("data", {}).get("papa_layout", True)))
+  fractions = [float(f) for f in cfg.get("papa", {}).get("fractions", schedule.PAPER_FRACTIONS)]
+  warnings: list[str] = []
+  records = []
+  if examples or max_examples > 0:
+    if model is None:
+      from papa_jax import convert  # pylint: disable=import-outside-toplevel
+      model = convert.load_pretrained(cfg["model"]["name"])
+    _check_model(model, first, warnings)
+    data_cfg = ml_collections.ConfigDict(cfg["data"])
+    data_cfg.max_length = L
+    records = collect.example_records(model, data_cfg, examples, max_examples)
+  ranking = collect.read_ranking(workdir, layers, heads)
+  if ranking is None:
+    warnings.append("No head ranking (sort/sorted_heads.json): the schedule cannot be shown.")
+  meta = dict(
+      model=cfg.get("model", {}).get("name", meta_first.get("model", "?")),
+      task=cfg.get("data", {}).get("task", meta_first.get("task", "?")),
+      layers=layers, heads=heads, max_length=L, papa_layout=layout,
+      fractions=fractions, counts=schedule.static_head_counts(layers * heads, fractions),
+      quantization=QUANTIZATION, warnings=warnings, workdir=os.path.abspath(workdir),
+      created=datetime.datetime.now().isoformat(timespec="seconds"))
+  means_out = {}
+  for variant, m in means.items():
+    rec = pack.packed_matrices(m.avgs)
+    rec["meta"] = {k: m.metadata.get(k) for k in ("num_examples", "split", "attention", "task")}
+    means_out[variant] = rec
+  return dict(meta=meta, means=means_out, ranking=ranking, results=collect.read_results(workdir),
+              effective=collect.read_effective_stats(workdir), examples=records)
+
+
+def render(data: dict[str, Any]) -> str:
+  """The HTML page with `data`, the CSS and the JS inlined."""
+  text = json.dumps(data, separators=(",", ":"), allow_nan=False)
+  # JSON has '<' only inside strings, where \u003c reads the same: no '</script>'.
+  text = text.replace("<", "\\u003c")
+  js = "\n".join(_static(n) for n in ("draw.js", "explorer.js"))
+  if "</script" in js.lower():
+    raise ValueError("The explorer's JS must not contain '</script'.")
+  parts = dict(CSS=_static("explorer.css"), JS=js, DATA=text,
+               TITLE=f"PAPA explorer: {data['meta']['model']} / {data['meta']['task']}"
+               .replace("&", "&amp;").replace("<", "&lt;"))
+  # One pass, so that nothing inserted is scanned for placeholders again.
+  return re.sub(r"\{\{(CSS|JS|DATA|TITLE)\}\}", lambda m: parts[m.group(1)],
+                _static("explorer.html"))
+
+
+def write_explorer(workdir: str, *, examples: Sequence[int] = ExplorerConfig.examples,
+                   max_examples: int = ExplorerConfig.max_examples, path: str | None = None,
+                   model=None) -> str:
+  """Writes a self-contained `explorer.html` of a finished workdir.
+
+  The page opens from the file system (no server, no network) and shows the
+  constant matrices, the head ranking with the schedule, the PAPA curves, a
+  few dev examples' attention of the selected head (input-dependent, constant
+  masked, effective) and the effective stage's per-head statistics when the
+  workdir has them. Matrices are 8-bit with a per-matrix scale: a decoded value
+  is within max/510 (non-negative matrices) or max|a|/254 (effective attention)
+  of the stored one, max being its matrix's largest magnitude.
+
+  Args:
+    workdir: a workdir with at least `config.json` and `means/means_raw.npz`.
+    examples: dev indices (the whole validation split, file order) to show.
+    max_examples: examples stored in all; `examples` are padded with the
+      following dev indices up to this many; <= 0: just `examples`. With
+      `examples=()` and `max_examples <= 0` the model is not loaded.
+    path: output file; default `workdir/explorer.html`.
+    model: a `convert.Pretrained` to run on the examples instead of loading
+      the workdir's `model.name`.
+
+  Returns:
+    The path written.
+  """
+  path = path or os.path.join(workdir, ExplorerConfig.output)
+  html = render(payload(workdir, examples=examples, max_examples=max_examples, model=model))
+  tmp = f"{path}.tmp-{os.getpid()}"
+  with open(tmp, "w", encoding="utf-8") as f:
+    f.write(html)
+  os.replace(tmp, path)
+  logging.info("explorer: wrote %s (%.2f MB).", path, os.path.getsize(path) / 1e6)
+  return path

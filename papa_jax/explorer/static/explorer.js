@@ -1,0 +1,359 @@
+// The PAPA attention explorer: views over the data embedded in #papa-data.
+// Needs draw.js (inlined before this file). Exposes window.papaExplorer so
+// tests and curious users can read the decoded numbers.
+"use strict";
+
+(() => {
+  const { el, fmt } = Draw;
+  const $ = (id) => document.getElementById(id);
+  const D = JSON.parse($("papa-data").textContent);
+  const M = D.meta, L = M.max_length, LAYERS = M.layers, HEADS = M.heads, TOTAL = LAYERS * HEADS;
+  const S = { variant: Object.keys(D.means)[0], layer: 0, head: 0, k: 0, example: 0, gamma: 0.5 };
+  const dec = { means: {}, examples: [] };  // Decoded matrix stacks.
+  const rankOf = {};  // "l,h" -> 1-based position in the ranking.
+  (D.ranking ? D.ranking.order : []).forEach(([l, h], i) => { rankOf[`${l},${h}`] = i + 1; });
+
+  // ---- numbers (also the test API) ----
+  const meansOf = (v) => dec.means[v];
+  function constant(v, l, h) { const m = meansOf(v); return m.values(m.index(l, h)); }
+  // The constant matrix on one example's real tokens, rows L1-renormalised (as
+  // papa_jax.attention.constant_probs: pad rows/cols dropped).
+  function maskedConstant(v, e, l, h) {
+    const c = constant(v, l, h), pos = D.examples[e].positions, n = pos.length;
+    const out = new Float32Array(n * n);
+    for (let i = 0; i < n; i++) {
+      let s = 0;
+      for (let j = 0; j < n; j++) { out[i * n + j] = c[pos[i] * L + pos[j]]; s += Math.abs(out[i * n + j]); }
+      s = Math.max(s, 1e-12);
+      for (let j = 0; j < n; j++) out[i * n + j] /= s;
+    }
+    return out;
+  }
+  // Effective attention is stored only where it differs from the dynamic one.
+  const exMat = (e, kind, l, h) => { const m = dec.examples[e][kind] || dec.examples[e].dynamic; return m.values(m.index(l, h)); };
+  const staticSet = () => new Set((D.ranking ? D.ranking.order : []).slice(0, M.counts[S.k]).map((p) => `${p}`));
+
+  // ---- constant-matrix grid and the large view ----
+  function buildGrid() {
+    const grid = $("grid");
+    grid.replaceChildren();
+    const size = Math.max(18, Math.min(56, Math.floor(620 / HEADS) - 4));
+    grid.style.gridTemplateColumns = `auto repeat(${HEADS}, ${size}px)`;
+    grid.append(el("div", { class: "axis" }));
+    for (let h = 0; h < HEADS; h++) grid.append(el("div", { class: "axis", text: h }));
+    for (let l = 0; l < LAYERS; l++) {
+      grid.append(el("div", { class: "axis", text: l }));
+      for (let h = 0; h < HEADS; h++) {
+        const c = el("canvas", {
+          class: "cell", width: L, height: L, "data-layer": l, "data-head": h,
+          title: `layer ${l}, head ${h}`, style: `width:${size}px;height:${size}px`,
+          on: { click: () => select(l, h) },
+        });
+        grid.append(c);
+      }
+    }
+  }
+  async function paintGrid() {
+    const m = meansOf(S.variant), cells = [...document.querySelectorAll("#grid canvas.cell")];
+    for (let i = 0; i < cells.length; i++) {
+      const c = cells[i], k = m.index(+c.dataset.layer, +c.dataset.head);
+      Draw.paint(c.getContext("2d"), m.codesOf(k), L, L, { signed: m.signed, peak: m.levels, gamma: S.gamma });
+      if (i % 48 === 47) await Draw.nextFrame();  // Keep the page responsive on large models.
+    }
+  }
+  function landmarks() {
+    if (!M.papa_layout) return [[0, "[CLS]"]];
+    return [[0, "[CLS]"], [Math.floor(L / 2), "sep / seg 2"], [L - 1, "[SEP]"]];
+  }
+  function drawBig() {
+    const m = meansOf(S.variant), k = m.index(S.layer, S.head), vals = m.values(k);
+    const size = 380, ml = 44, mt = 26, canvas = $("big");
+    const ctx = Draw.hiDpi(canvas, ml + size + 10, mt + size + 40), cell = size / L;
+    Draw.blit(ctx, vals, L, L, ml, mt, size, size, { signed: m.signed, gamma: S.gamma });
+    ctx.fillStyle = "#333"; ctx.font = "10px sans-serif"; ctx.textAlign = "center";
+    const step = L <= 32 ? 4 : L <= 64 ? 8 : 16;
+    for (let p = 0; p < L; p += step) {
+      ctx.fillText(p, ml + (p + 0.5) * cell, mt + size + 12);
+      ctx.textAlign = "right"; ctx.fillText(p, ml - 4, mt + (p + 0.5) * cell + 3); ctx.textAlign = "center";
+    }
+    ctx.fillText("key position", ml + size / 2, mt + size + 28);
+    ctx.save(); ctx.translate(10, mt + size / 2); ctx.rotate(-Math.PI / 2);
+    ctx.fillText("query position", 0, 0); ctx.restore();
+    ctx.setLineDash([3, 3]); ctx.strokeStyle = "rgba(20,90,200,0.8)";
+    for (const [p, name] of landmarks()) {
+      const x = ml + (p + 0.5) * cell, y = mt + (p + 0.5) * cell;
+      ctx.beginPath(); ctx.moveTo(x, mt); ctx.lineTo(x, mt + size); ctx.moveTo(ml, y); ctx.lineTo(ml + size, y);
+      ctx.stroke();
+      ctx.fillStyle = "rgb(20,90,200)"; ctx.fillText(name, Math.min(Math.max(x, ml + 20), ml + size - 20), mt - 6);
+    }
+    ctx.setLineDash([]);
+    canvas.onmousemove = (ev) => {
+      const r = canvas.getBoundingClientRect();
+      const j = Math.floor((ev.clientX - r.left - ml) / cell), i = Math.floor((ev.clientY - r.top - mt) / cell);
+      if (i < 0 || j < 0 || i >= L || j >= L) { Draw.hideTip(); return; }
+      Draw.showTip(ev, `query ${i} → key ${j}: ${fmt(vals[i * L + j], 4)} (±${fmt(m.error(k), 4)})`);
+    };
+    canvas.onmouseleave = Draw.hideTip;
+    const mm = D.means[S.variant].meta, r = rankOf[`${S.layer},${S.head}`];
+    $("big-title").textContent = `Layer ${S.layer}, head ${S.head}: mean ${S.variant} attention over ` +
+      `${mm.num_examples} ${mm.split} examples` + (r ? ` · rank ${r} of ${TOTAL} (constant from k ≥ ${r})` : "");
+    const scale = S.gamma === 1 ? "linear" : "square-root";
+    Draw.colorbar($("big-bar"), m.signed ? "div" : "seq", m.signed ? -m.scales[k] * m.levels : 0,
+      m.scales[k] * m.levels, (v) => fmt(v, 3));
+    $("big-bar").append(el("span", { class: "note", text: ` ${scale} colour scale` }));
+    $("big-note").textContent = `max ${fmt(m.scales[k] * m.levels, 4)}, stored within ±${fmt(m.error(k), 5)}. ` +
+      (M.papa_layout ? `PAPA layout: [CLS] at 0, first separator at ${Math.floor(L / 2)}, final separator at ${L - 1}.`
+        : "This workdir did not use the PAPA layout (data.papa_layout=False): only [CLS] at 0 " +
+          "has a fixed position, so positions are not aligned across examples.");
+  }
+  function select(l, h) {
+    S.layer = l; S.head = h;
+    for (const c of document.querySelectorAll(".selected")) c.classList.remove("selected");
+    for (const c of document.querySelectorAll(`[data-layer="${l}"][data-head="${h}"]`)) c.classList.add("selected");
+    $("ex-layer").value = l; $("ex-head").value = h;
+    drawBig(); drawExample();
+  }
+
+  // ---- ranking and schedule ----
+  function buildRanking() {
+    const slider = $("k-slider");
+    slider.max = M.counts.length - 1;
+    S.k = M.counts.indexOf(M.counts.reduce((a, b) => (Math.abs(b - TOTAL / 2) < Math.abs(a - TOTAL / 2) ? b : a)));
+    slider.value = S.k;
+    slider.addEventListener("input", () => setK(+slider.value));
+    if (!D.ranking) { $("rank-map").replaceChildren(el("p", { class: "note", text: "No sort/sorted_heads.json in this workdir: run the 'sort' stage." })); return; }
+    const lam = D.ranking.lambdas || D.ranking.order.reduce((acc, [l, h], i) => { acc[l][h] = i; return acc; },
+      Array.from({ length: LAYERS }, () => Array(HEADS).fill(0)));
+    const what = D.ranking.lambdas ? "gate logit λ" : "rank";
+    const { lo, hi } = Draw.headMap($("rank-map"), lam, {
+      cls: "rank-cell", map: "vir", onclick: select,
+      text: HEADS * LAYERS <= 200 ? (l, h) => rankOf[`${l},${h}`] : null,
+      label: (l, h, v) => `layer ${l}, head ${h}: ${what} ${fmt(v, 4)}, rank ${rankOf[`${l},${h}`]} of ${TOTAL}`,
+    });
+    Draw.colorbar($("rank-bar"), "vir", lo, hi, (v) => `${what} ${fmt(v, 3)}`);
+  }
+  function setK(i) {
+    S.k = i;
+    const keys = staticSet(), k = M.counts[i];
+    for (const c of document.querySelectorAll(".rank-cell, #grid canvas.cell")) {
+      c.classList.toggle("static", keys.has(`${c.dataset.layer},${c.dataset.head}`));
+    }
+    $("k-label").textContent = `${k} of ${TOTAL} heads constant (fraction ${fmt(k / TOTAL, 3)}; ` +
+      `schedule ${M.fractions.join(", ")})`;
+    drawCurve();
+  }
+
+  // ---- PAPA curve ----
+  function drawCurve() {
+    const svg = $("curve"), rows = D.results ? D.results.rows : [];
+    svg.replaceChildren();
+    if (!rows.length) { svg.append(el("text", { x: 20, y: 40, text: "No results.json: run the 'probe' stage." })); return; }
+    const variants = [...new Set(rows.map((r) => r.variant))].sort((a, b) => (a !== "raw") - (b !== "raw"));
+    const W = 460, H = 290, ml = 56, mr = 14, mt = 10 + 14 * variants.length, mb = 44;  // Legend on top.
+    svg.setAttribute("viewBox", `0 0 ${W} ${H}`);
+    const ys = rows.flatMap((r) => [r.score, r.band_low, r.band_high,
+      r.score_std != null ? r.score - r.score_std : null, r.score_std != null ? r.score + r.score_std : null])
+      .filter((v) => v != null && Number.isFinite(v));
+    let y0 = Math.min(...ys), y1 = Math.max(...ys);
+    const pad = (y1 - y0) * 0.08 || 0.05; y0 -= pad; y1 += pad;
+    const X = (f) => ml + f * (W - ml - mr), Y = (v) => mt + (1 - (v - y0) / (y1 - y0)) * (H - mt - mb);
+    for (let t = 0; t <= 4; t++) {
+      const f = t / 4, v = y0 + (t / 4) * (y1 - y0);
+      svg.append(el("line", { x1: X(f), x2: X(f), y1: mt, y2: H - mb, class: "gridline" }),
+        el("text", { x: X(f), y: H - mb + 14, "text-anchor": "middle", text: f.toFixed(2) }),
+        el("line", { x1: ml, x2: W - mr, y1: Y(v), y2: Y(v), class: "gridline" }),
+        el("text", { x: ml - 4, y: Y(v) + 3, "text-anchor": "end", text: v.toFixed(3) }));
+    }
+    svg.append(el("text", { x: (ml + W - mr) / 2, y: H - 8, "text-anchor": "middle", text: "fraction of heads with constant attention" }),
+      el("text", { x: 12, y: (mt + H - mb) / 2, "text-anchor": "middle", transform: `rotate(-90 12 ${(mt + H - mb) / 2})`, text: rows[0].metric }));
+    const kf = M.counts[S.k] / TOTAL;
+    svg.append(el("line", { x1: X(kf), x2: X(kf), y1: mt, y2: H - mb, class: "k-line" }));
+    const colors = ["#d94f3d", "#2166ac", "#1b9e77", "#7570b3"];
+    variants.forEach((v, vi) => {
+      const col = colors[vi % colors.length];
+      const pts = rows.filter((r) => r.variant === v || r.static_heads === 0)
+        .sort((a, b) => a.fraction - b.fraction)
+        .filter((r, i, a) => i === 0 || r.fraction !== a[i - 1].fraction);
+      const band = pts.filter((r) => r.band_low != null && r.band_high != null);
+      if (band.length > 1) {
+        const path = band.map((r) => `${X(r.fraction)},${Y(r.band_high)}`)
+          .concat(band.slice().reverse().map((r) => `${X(r.fraction)},${Y(r.band_low)}`));
+        svg.append(el("polygon", { points: path.join(" "), class: "band", fill: col }));
+      }
+      svg.append(el("polyline", { points: pts.map((r) => `${X(r.fraction)},${Y(r.score)}`).join(" "), stroke: col, class: "curve-line" }));
+      for (const r of pts) {
+        if (r.score_std != null) {
+          const x = X(r.fraction), a = Y(r.score - r.score_std), b = Y(r.score + r.score_std);
+          svg.append(el("path", { d: `M${x - 4},${a}H${x + 4}M${x},${a}V${b}M${x - 4},${b}H${x + 4}`, stroke: col, class: "errbar" }));
+        }
+        const extra = (r.score_std != null ? ` ± ${fmt(r.score_std, 4)} (std)` : "") +
+          (r.band_low != null ? `, band [${fmt(r.band_low, 4)}, ${fmt(r.band_high, 4)}]` : "");
+        svg.append(el("circle", { cx: X(r.fraction), cy: Y(r.score), r: 4, fill: col, class: "pt" },
+          el("title", { text: `${v}: ${r.static_heads}/${r.total_heads} constant, ${r.metric} ${fmt(r.score, 4)}${extra}` })));
+      }
+      svg.append(el("text", { x: W - mr, y: 12 + 14 * vi, "text-anchor": "end", fill: col, text: `● constant = mean ${v} attention` }));
+    });
+  }
+
+  // ---- examples ----
+  function buildExamples() {
+    const list = $("example-list"), search = $("search");
+    if (!D.examples.length) { $("sec-examples").append(el("p", { class: "note", text: "No examples stored (explore.examples is empty)." })); return; }
+    D.examples.forEach((x, e) => list.append(el("button", {
+      class: "example-item", "data-example": e, title: x.text,
+      text: `#${x.index}${x.label != null ? ` (label ${x.label})` : ""} · ${x.tokens.length} tokens · ${x.text}`,
+      on: { click: () => { S.example = e; drawExample(); } },
+    })));
+    const filter = () => {
+      const q = search.value.trim().toLowerCase();
+      let shown = 0;
+      for (const b of list.children) {
+        const x = D.examples[+b.dataset.example];
+        const hit = !q || x.text.toLowerCase().includes(q) || x.tokens.join(" ").toLowerCase().includes(q) || `#${x.index}` === q;
+        b.hidden = !hit; shown += hit;
+      }
+      $("search-count").textContent = `${shown} of ${D.examples.length} stored examples`;
+    };
+    search.addEventListener("input", filter); filter();
+    for (const [id, n] of [["ex-layer", LAYERS], ["ex-head", HEADS]]) {
+      for (let i = 0; i < n; i++) $(id).append(el("option", { value: i, text: i }));
+      $(id).addEventListener("change", () => select(+$("ex-layer").value, +$("ex-head").value));
+    }
+    $("line-source").addEventListener("change", drawExample);
+  }
+  function tokenMatrix(canvas, vals, toks, signed, title) {
+    const n = toks.length, cell = Math.max(3, Math.min(16, Math.floor(300 / n))), lab = cell >= 7 ? 74 : 8;
+    const ctx = Draw.hiDpi(canvas, lab + n * cell + 4, lab + n * cell + 4);
+    let peak = 0; for (const v of vals) peak = Math.max(peak, Math.abs(v));
+    Draw.blit(ctx, vals, n, n, lab, lab, n * cell, n * cell, { signed, peak, gamma: S.gamma });
+    if (lab > 8) {
+      ctx.font = `${Math.min(11, cell)}px sans-serif`; ctx.fillStyle = "#222"; ctx.textAlign = "right";
+      toks.forEach((t, i) => {
+        ctx.fillText(t.slice(0, 11), lab - 3, lab + (i + 0.75) * cell);
+        ctx.save(); ctx.translate(lab + (i + 0.75) * cell, lab - 3); ctx.rotate(-Math.PI / 2);
+        ctx.textAlign = "left"; ctx.fillText(t.slice(0, 11), 0, 0); ctx.restore();
+      });
+    }
+    canvas.onmousemove = (ev) => {
+      const r = canvas.getBoundingClientRect();
+      const j = Math.floor((ev.clientX - r.left - lab) / cell), i = Math.floor((ev.clientY - r.top - lab) / cell);
+      if (i < 0 || j < 0 || i >= n || j >= n) { Draw.hideTip(); return; }
+      Draw.showTip(ev, `${title}: ${toks[i]} → ${toks[j]} = ${fmt(vals[i * n + j], 4)}`);
+    };
+    canvas.onmouseleave = Draw.hideTip;
+    return peak;
+  }
+  function lineView(vals, toks, signed) {
+    const canvas = $("lines"), n = toks.length, row = n > 60 ? 10 : 15, w = 420, h = n * row + 16;
+    let hover = null;  // ["q" | "k", index]
+    let peak = 0; for (const v of vals) peak = Math.max(peak, Math.abs(v));
+    const draw = () => {
+      const ctx = Draw.hiDpi(canvas, w, h), y = (i) => 12 + i * row;
+      for (let i = 0; i < n; i++) {
+        for (let j = 0; j < n; j++) {
+          const v = vals[i * n + j], on = !hover || (hover[0] === "q" ? hover[1] === i : hover[1] === j);
+          const a = (Math.abs(v) / (peak || 1)) * (on ? 0.9 : 0.06);
+          if (a < 0.01) continue;
+          ctx.strokeStyle = v < 0 ? `rgba(33,102,172,${a})` : `rgba(217,79,61,${a})`;
+          ctx.lineWidth = on && hover ? 2 : 1.2;
+          ctx.beginPath(); ctx.moveTo(150, y(i) - 3); ctx.lineTo(270, y(j) - 3); ctx.stroke();
+        }
+      }
+      ctx.font = `${row - 3}px sans-serif`;
+      toks.forEach((t, i) => {
+        ctx.fillStyle = hover && hover[0] === "q" && hover[1] === i ? "#c00" : "#222";
+        ctx.textAlign = "right"; ctx.fillText(t, 144, y(i));
+        ctx.fillStyle = hover && hover[0] === "k" && hover[1] === i ? "#c00" : "#222";
+        ctx.textAlign = "left"; ctx.fillText(t, 276, y(i));
+      });
+    };
+    canvas.onmousemove = (ev) => {
+      const r = canvas.getBoundingClientRect(), x = ev.clientX - r.left;
+      const i = Math.round((ev.clientY - r.top - 9) / row);
+      const next = i >= 0 && i < n && (x < 150 || x > 270) ? [x < 150 ? "q" : "k", i] : null;
+      if (`${next}` !== `${hover}`) { hover = next; draw(); }
+    };
+    canvas.onmouseleave = () => { hover = null; draw(); };
+    draw();
+  }
+  function drawExample() {
+    if (!D.examples.length) return;
+    const e = S.example, x = D.examples[e], { layer: l, head: h } = S;
+    for (const b of document.querySelectorAll(".example-item")) b.classList.toggle("active", +b.dataset.example === e);
+    const mats = {
+      dynamic: [exMat(e, "dynamic", l, h), false, "input-dependent"],
+      constant: [maskedConstant(S.variant, e, l, h), meansOf(S.variant).signed, `constant (mean ${S.variant}), masked`],
+      effective: [exMat(e, "effective", l, h), true, x.effective ? "effective (blue < 0)"
+        : "effective (= input-dependent: no more tokens than the head dimension)"],
+    };
+    for (const [kind, [vals, signed, title]] of Object.entries(mats)) {
+      const peak = tokenMatrix($(`ex-${kind}`), vals, x.tokens, signed, title);
+      $(`ex-${kind}-title`).textContent = `${title} (max |a| ${fmt(peak, 3)})`;
+      $(`ex-${kind}-title`).style.maxWidth = $(`ex-${kind}`).style.width;
+    }
+    const [vals, signed] = mats[$("line-source").value];
+    lineView(vals, x.tokens, signed);
+    $("ex-title").textContent = `Dev example #${x.index}, layer ${l}, head ${h}: "${x.text}"`;
+  }
+
+  // ---- effective-attention statistics ----
+  function buildStats() {
+    const st = D.effective, sec = $("sec-stats");
+    if (!st || !Object.keys(st.maps).length) { sec.append(el("p", { class: "note", text: "No effective/stats.json in this workdir: run the 'effective' stage for these maps." })); return; }
+    const subsetSel = $("stat-subset"), mapSel = $("stat-map");
+    for (const s of Object.keys(st.maps)) subsetSel.append(el("option", { value: s, text: `${s} (${st.counts[s]} examples)` }));
+    const draw = () => {
+      const maps = st.maps[subsetSel.value];
+      if (!maps[mapSel.value]) { mapSel.replaceChildren(...Object.keys(maps).map((k) => el("option", { value: k, text: k }))); }
+      const { lo, hi } = Draw.headMap($("stat-map-grid"), maps[mapSel.value], {
+        cls: "stat-cell", map: "vir", onclick: select,
+        label: (l, h, v) => `layer ${l}, head ${h}: ${mapSel.value} = ${fmt(v, 4)}`,
+      });
+      Draw.colorbar($("stat-bar"), "vir", lo, hi, (v) => fmt(v, 3));
+    };
+    subsetSel.addEventListener("change", draw); mapSel.addEventListener("change", draw); draw();
+    const s = st.summary;
+    $("stat-summary").textContent = `${s.examples} ${s.split} examples, ${s.long_examples} longer than the head ` +
+      `dimension ${s.head_dim} (only there can effective attention differ from raw attention).`;
+  }
+
+  // ---- start-up ----
+  function header() {
+    const warn = (M.warnings || []).map((w) => el("p", { class: "warn", text: w }));
+    $("meta").replaceChildren(el("span", { text: `${M.model} · ${M.task} · ${LAYERS} layers × ${HEADS} heads · L = ${L} · ` +
+      (M.papa_layout ? "PAPA layout" : "standard layout (not the PAPA layout)") }), ...warn);
+    const vs = $("variant");
+    for (const v of Object.keys(D.means)) vs.append(el("option", { value: v, text: `mean ${v} attention` }));
+    vs.addEventListener("change", async () => { S.variant = vs.value; await paintGrid(); drawBig(); drawExample(); });
+    $("gamma").addEventListener("change", async () => { S.gamma = +$("gamma").value; await paintGrid(); drawBig(); drawExample(); });
+    $("notes").append(el("p", { text: M.quantization }));
+  }
+  async function main() {
+    if (typeof DecompressionStream === "undefined") throw new Error("This browser lacks DecompressionStream (needs Chrome 80+, Firefox 113+ or Safari 16.4+).");
+    header();
+    const jobs = Object.entries(D.means).map(async ([v, rec]) => { dec.means[v] = await Draw.matrices(rec); });
+    D.examples.forEach((x, e) => jobs.push((async () => {
+      dec.examples[e] = { dynamic: await Draw.matrices(x.dynamic),
+                          effective: x.effective ? await Draw.matrices(x.effective) : null };
+    })()));
+    await Promise.all(jobs);
+    buildGrid(); buildRanking(); buildExamples(); buildStats();
+    setK(S.k); select(0, 0);
+    await paintGrid();
+    window.papaExplorer.loadMs = performance.now();
+    $("load-time").textContent = `Decoded and drawn ${fmt(window.papaExplorer.loadMs / 1000, 2)} s after the page started loading.`;
+    document.body.dataset.ready = "1";
+  }
+  window.papaExplorer = {
+    data: D, state: S, constant: (v, l, h) => Array.from(constant(v, l, h)),
+    maskedConstant: (v, e, l, h) => Array.from(maskedConstant(v, e, l, h)),
+    dynamic: (e, l, h) => Array.from(exMat(e, "dynamic", l, h)),
+    effective: (e, l, h) => Array.from(exMat(e, "effective", l, h)),
+    staticHeads: () => [...staticSet()], select, setK,
+  };
+  window.papaExplorer.ready = main().catch((err) => {
+    const box = $("error");
+    box.hidden = false; box.textContent = `The explorer failed to load: ${err.message}`;
+    throw err;
+  });
+})();

@@ -1,0 +1,359 @@
+"""The attention explorer: packing, and the page in a real headless browser.
+
+The browser tests open the page of a tiny real run (MiniLM, SST-2, L=32) and
+of a large synthetic workdir (24 layers x 16 heads, L=128) in Chromium via
+Playwright, and skip when no Chromium is installed. Screenshots go to
+$PAPA_ARTIFACTS (default: the test's tmp_path).
+"""
+
+import json
+import os
+import shutil
+import time
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import pytest
+
+from configs import base
+from papa_jax import attention, convert, run
+from papa_jax import data as data_lib
+from papa_jax.analysis import effective
+from papa_jax.explorer import ExplorerConfig, collect, pack, write_explorer
+from papa_jax.models.config import EncoderConfig
+from papa_jax.models.encoder import init_params
+from papa_jax.papa import means as means_lib
+from papa_jax.papa import schedule
+from tests.testing import tiny_config
+
+# Headless Chromium on a machine without network: these flags stop it from
+# calling home (Playwright adds --headless and a fresh --user-data-dir).
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync"]
+
+
+# ---- packing (no browser) ----
+
+def test_quantize_error_is_within_half_a_step():
+  rng = np.random.default_rng(0)
+  x = rng.dirichlet(np.ones(20), size=(3, 20))[None]  # [1, 3, 20, 20] rows of probabilities.
+  rec = pack.packed_matrices(x)
+  assert rec["dtype"] == "uint8" and rec["shape"] == [1, 3, 20, 20]
+  back = pack.unpack_matrices(rec)
+  step = np.asarray(rec["scales"]).reshape(1, 3, 1, 1)
+  assert np.all(np.abs(back - x) <= step / 2 * (1 + 1e-5))
+  assert np.allclose(step[..., 0, 0], x.max(axis=(-2, -1)) / 255, rtol=1e-6)
+
+  signed = rng.normal(size=(4, 7, 9))
+  rec = pack.packed_matrices(signed)
+  assert rec["dtype"] == "int8"
+  back, step = pack.unpack_matrices(rec), np.asarray(rec["scales"])[:, None, None]
+  assert np.all(np.abs(back - signed) <= step / 2 * (1 + 1e-5))
+  assert np.abs(pack.quantize(signed, signed=True)[0]).max() == 127
+
+  zeros = pack.unpack_matrices(pack.packed_matrices(np.zeros((2, 3, 3))))
+  assert not zeros.any()
+  with pytest.raises(ValueError, match="negative"):
+    pack.quantize(signed, signed=False)
+
+
+def test_example_indices_and_config():
+  assert collect.example_indices((5, 1), 4, 10) == [5, 1, 0, 2]
+  assert collect.example_indices((5, 1), -1, 10) == [5, 1]
+  assert collect.example_indices((), 3, 2) == [0, 1]
+  with pytest.raises(ValueError, match="outside"):
+    collect.example_indices((10,), 4, 10)
+  with pytest.raises(ValueError, match="max_examples"):
+    collect.example_indices((0, 1, 2), 2, 10)
+  c = ExplorerConfig.from_config(base.get_config().explore)
+  assert c == ExplorerConfig()
+  assert isinstance(c.examples, tuple)
+
+
+# ---- browser ----
+
+def find_chromium() -> str | None:
+  for name in (os.environ.get("PAPA_CHROMIUM"), "chromium", "chromium-browser", "google-chrome"):
+    if name and shutil.which(name):
+      return shutil.which(name)
+  return None
+
+
+@pytest.fixture(scope="module")
+def browser():
+  try:
+    from playwright.sync_api import sync_playwright  # pylint: disable=import-outside-toplevel
+  except ImportError:
+    pytest.skip("playwright not installed: pip install -e '.[test]'")
+  exe = find_chromium()
+  if exe is None:
+    pytest.skip("No Chromium found (apt-get install chromium, or set PAPA_CHROMIUM to its "
+                "path): the explorer's browser tests need one.")
+  with sync_playwright() as p:
+    b = p.chromium.launch(executable_path=exe, args=CHROMIUM_ARGS)
+    yield b
+    b.close()
+
+
+class Page:
+  """A loaded explorer page and the errors it reported."""
+
+  def __init__(self, browser, path: str, timeout_s: float = 60.0):
+    self.errors: list[str] = []
+    self.page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    self.page.on("console", lambda m: m.type == "error" and self.errors.append(f"console: {m.text}"))
+    self.page.on("pageerror", lambda e: self.errors.append(f"page error: {e}"))
+    # Long main-thread tasks from the very start (a frozen page shows as one).
+    self.page.add_init_script(
+        "window.__longTasks = []; new PerformanceObserver((l) => l.getEntries().forEach("
+        "(e) => window.__longTasks.push(e.duration))).observe({type: 'longtask', buffered: true});")
+    t0 = time.perf_counter()
+    self.page.goto("file://" + os.path.abspath(path))
+    self.page.wait_for_function(
+        "document.body.dataset.ready === '1' || !document.getElementById('error').hidden",
+        timeout=timeout_s * 1000)
+    self.wall_s = time.perf_counter() - t0
+    assert not self.errors, self.errors
+    assert self.page.locator("#error").is_hidden(), self.page.locator("#error").inner_text()
+
+  def js(self, expr: str, arg=None):
+    return self.page.evaluate(expr, arg)
+
+  def marked(self) -> set[tuple[int, int]]:
+    return {tuple(map(int, x)) for x in self.js(
+        "[...document.querySelectorAll('.rank-cell.static')].map(c => [c.dataset.layer, c.dataset.head])")}
+
+
+def artifacts_dir(tmp_path) -> str:
+  d = os.environ.get("PAPA_ARTIFACTS") or str(tmp_path)
+  os.makedirs(d, exist_ok=True)
+  return d
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory, minilm):
+  """A tiny real run (means, sort, probes, effective stats) and its explorer page."""
+  tmp = tmp_path_factory.mktemp("explorer")
+  wd = str(tmp / "wd")
+  fast = {"probe.epochs": 1, "probe.cache_features": True, "probe.encoder_dropout": False}
+  c = tiny_config(tmp, **fast)
+  t0 = time.perf_counter()
+  run.run(c, wd)
+  t1 = time.perf_counter()
+  run.run(tiny_config(tmp, stage="effective", **{"effective.max_examples": 16}, **fast), wd)
+  t2 = time.perf_counter()
+  path = write_explorer(wd, examples=(0, 1, 2), max_examples=5, model=minilm)
+  print(f"tiny run {t1 - t0:.0f} s, effective {t2 - t1:.0f} s, explorer {time.perf_counter() - t2:.0f} s")
+  return dict(wd=wd, path=path, config=c)
+
+
+@pytest.fixture(scope="module")
+def tiny_page(browser, tiny):
+  page = Page(browser, tiny["path"])
+  yield page
+  page.page.close()
+
+
+def test_page_renders_every_view_without_errors(tiny_page, tiny, tmp_path, capsys):
+  p = tiny_page
+  with capsys.disabled():
+    print(f"\n[explorer 6x12, L=32, 5 examples] {os.path.getsize(tiny['path']) / 1e6:.2f} MB, "
+          f"first full render {p.js('papaExplorer.loadMs') / 1000:.2f} s in the browser")
+  assert p.page.locator("#grid canvas.cell").count() == 6 * 12
+  assert p.page.locator(".rank-cell").count() == 6 * 12
+  assert p.page.locator(".stat-cell").count() == 6 * 12
+  assert p.page.locator(".example-item").count() == 5
+  rows = json.load(open(os.path.join(tiny["wd"], "results.json")))["rows"]
+  assert p.page.locator("#curve circle.pt").count() == len({r["fraction"] for r in rows})
+  assert "L = 32" in p.page.locator("#meta").inner_text()
+  assert "max/510" in p.page.locator("#notes").inner_text()
+  p.page.screenshot(path=os.path.join(artifacts_dir(tmp_path), "explorer_tiny.png"), full_page=True)
+  assert not p.errors, p.errors
+
+
+def test_clicking_a_cell_changes_the_large_view(tiny_page):
+  p = tiny_page
+  before = p.js("document.getElementById('big').toDataURL()")
+  p.page.locator('#grid canvas.cell[data-layer="3"][data-head="7"]').click()
+  assert p.js("document.getElementById('big').toDataURL()") != before
+  assert p.page.locator("#big-title").inner_text().startswith("Layer 3, head 7")
+  assert "selected" in p.page.locator(
+      '#grid canvas.cell[data-layer="3"][data-head="7"]').get_attribute("class").split()
+  assert p.js("[papaExplorer.state.layer, papaExplorer.state.head]") == [3, 7]
+  assert not p.errors, p.errors
+
+
+def test_slider_marks_the_scheduled_heads_constant(tiny_page, tiny):
+  p = tiny_page
+  ranking = json.load(open(os.path.join(tiny["wd"], "sort", "sorted_heads.json")))
+  counts = schedule.static_head_counts(72, tiny["config"].papa.fractions)
+  assert p.js("papaExplorer.data.meta.counts") == counts == [0, 36, 72]
+  seen = []
+  for i, k in enumerate(counts):
+    p.page.locator("#k-slider").fill(str(i))
+    marked = p.marked()
+    assert marked == {tuple(h) for h in ranking[:k]}
+    assert f"{k} of 72 heads constant" in p.page.locator("#k-label").inner_text()
+    seen.append(marked)
+  assert seen[0] != seen[1] != seen[2]
+  assert not p.errors, p.errors
+
+
+def test_search_filters_the_examples(tiny_page):
+  p = tiny_page
+  items = p.page.locator(".example-item")
+  texts = p.js("papaExplorer.data.examples.map(x => x.text)")
+  word = max(texts[1].split(), key=len)
+  p.page.locator("#search").fill(word)
+  visible = [i for i in range(items.count()) if items.nth(i).is_visible()]
+  assert 1 in visible and len(visible) == sum(word.lower() in t.lower() for t in texts) < 5
+  p.page.locator("#search").fill("zzqqxx no such text")
+  assert not any(items.nth(i).is_visible() for i in range(items.count()))
+  p.page.locator("#search").fill("")
+  assert all(items.nth(i).is_visible() for i in range(items.count()))
+  items.nth(2).click()
+  assert p.js("papaExplorer.state.example") == 2
+  assert f'#{p.js("papaExplorer.data.examples[2].index")}' in p.page.locator("#ex-title").inner_text()
+  assert not p.errors, p.errors
+
+
+def test_page_numbers_come_from_the_workdir(tiny_page, tiny, minilm):
+  p, wd = tiny_page, tiny["wd"]
+  avgs = means_lib.load_means(os.path.join(wd, "means", "means_raw.npz")).avgs
+  scales = np.asarray(p.js("papaExplorer.data.means.raw.scales")).reshape(6, 12)
+  for l, h in ((0, 0), (3, 7), (5, 11)):
+    shown = np.asarray(p.js("([l, h]) => papaExplorer.constant('raw', l, h)", [l, h])).reshape(32, 32)
+    assert np.abs(shown - avgs[l, h]).max() <= scales[l, h] / 2 * (1 + 1e-5) + 1e-9
+    assert scales[l, h] == pytest.approx(avgs[l, h].max() / 255, rel=1e-6)
+  ranking = p.js("papaExplorer.data.ranking")
+  assert ranking["order"] == json.load(open(os.path.join(wd, "sort", "sorted_heads.json")))
+  np.testing.assert_allclose(ranking["lambdas"], np.load(os.path.join(wd, "sort", "lambdas.npy")),
+                             rtol=1e-6)
+
+  # One example and head against the model run here, independently of the page.
+  dev = data_lib.load_split(tiny["config"].data, "validation", minilm.tokenizer(),
+                            minilm.config.type_vocab_size)
+  e, (l, h) = 1, (4, 3)
+  index = p.js(f"papaExplorer.data.examples[{e}].index")
+  ids, mask, tt = (jnp.asarray(a[index][None]) for a in
+                   (dev.input_ids, dev.attention_mask, dev.token_type_ids))
+  out = minilm.apply(ids, mask, token_type_ids=tt, capture_attention=True, capture_values=True)
+  pos = np.flatnonzero(dev.attention_mask[index])
+  n = len(pos)
+  assert p.js(f"papaExplorer.data.examples[{e}].positions") == pos.tolist()
+  want = np.asarray(out.attentions[l])[0, h][np.ix_(pos, pos)]
+  shown = np.asarray(p.js(f"papaExplorer.dynamic({e}, {l}, {h})")).reshape(n, n)
+  step = p.js(f"papaExplorer.data.examples[{e}].dynamic.scales[{l * 12 + h}]")
+  assert np.abs(shown - want).max() <= step / 2 * (1 + 1e-5) + 1e-6
+
+  key_mask = jnp.broadcast_to(mask[:, None, :] > 0, out.attentions[l].shape[:-1])
+  eff = np.asarray(effective.effective_attention(out.attentions[l], out.values[l], key_mask)[0])
+  want_eff = eff[0, h][np.ix_(pos, pos)]
+  shown = np.asarray(p.js(f"papaExplorer.effective({e}, {l}, {h})")).reshape(n, n)
+  # n <= head dim 32 at L=32: A_eff = A, stored once as the dynamic block.
+  assert n <= 32 and p.js(f"papaExplorer.data.examples[{e}].effective") is None
+  assert np.abs(shown - want_eff).max() <= step / 2 * (1 + 1e-5) + 2e-5
+
+  # The constant masked to the example, against attention.constant_probs.
+  want = np.asarray(attention.constant_probs(jnp.asarray(avgs[l]), mask))[0, h][np.ix_(pos, pos)]
+  shown = np.asarray(p.js(f"papaExplorer.maskedConstant('raw', {e}, {l}, {h})")).reshape(n, n)
+  eps = scales[l, h] / 2 * (1 + 1e-5)
+  kept = np.abs(avgs[l, h][np.ix_(pos, pos)]).sum(1, keepdims=True)
+  bound = eps * (1 + n * want) / (kept - n * eps)  # The page's stated bound.
+  assert np.all(np.abs(shown - want) <= bound + 1e-6)
+  assert not p.errors, p.errors
+
+
+# ---- a large model ----
+
+def synthetic_workdir(wd: str, data_cfg: dict, layers: int, heads: int, L: int, seed: int = 0):
+  """Random means and ranking of the given shape, and results rows with intervals."""
+  rng = np.random.default_rng(seed)
+  os.makedirs(os.path.join(wd, "means"))
+  logits = rng.normal(scale=2.0, size=(layers, heads, L, L))
+  avgs = np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)
+  meta = dict(format=means_lib.FORMAT, model="random", task=data_cfg["task"], split="train",
+              max_length=L, num_examples=1000, attention="raw", papa_layout=True)
+  np.savez(os.path.join(wd, "means", "means_raw.npz"), avgs=avgs.astype(np.float32),
+           sums=avgs, counts=np.ones((L, L)), metadata=np.asarray(json.dumps(meta)))
+  schedule.save_ranking(os.path.join(wd, "sort"), rng.normal(size=(layers, heads)))
+  total, fractions = layers * heads, list(schedule.PAPER_FRACTIONS)
+  rows = []
+  for variant in ("raw", "effective"):
+    for f, k in zip(fractions, schedule.static_head_counts(total, fractions)):
+      if k == 0 and variant != "raw":
+        continue
+      score = 0.9 - 0.3 * f ** 3 + (0.01 if variant == "effective" else 0.0)
+      rows.append(dict(variant=variant, static_heads=k, total_heads=total, fraction=k / total,
+                       metric="accuracy", score=score, score_std=0.01,
+                       band_low=score - 0.02, band_high=score + 0.015))
+  with open(os.path.join(wd, "results.json"), "w") as f:
+    json.dump(dict(rows=rows), f)
+  with open(os.path.join(wd, "config.json"), "w") as f:
+    json.dump(dict(model=dict(name="random-24x16"), data=dict(data_cfg, max_length=L),
+                   papa=dict(fractions=fractions)), f)
+  return avgs
+
+
+def random_params(config: EncoderConfig, seed: int):
+  """Random weights of `config`'s shapes (much faster than a 24-layer eager init)."""
+  rng = np.random.default_rng(seed)
+  shapes = jax.eval_shape(lambda: init_params(config))
+
+  def leaf(path, s):
+    name = jax.tree_util.keystr(path)
+    if name.endswith("['scale']"):  # LayerNorm: identity, or activations vanish.
+      return jnp.ones(s.shape, s.dtype)
+    return jnp.asarray(rng.normal(scale=0.05, size=s.shape), s.dtype)
+
+  return jax.tree_util.tree_map_with_path(leaf, shapes)
+
+
+def test_large_model_page_stays_responsive(browser, tiny, tmp_path, minilm, capsys):
+  L, layers, heads = 128, 24, 16
+  cfg = EncoderConfig(vocab_size=minilm.config.vocab_size, hidden_size=64,
+                      num_layers=layers, num_heads=heads, intermediate_size=128,
+                      max_position_embeddings=512)
+  model = convert.Pretrained(cfg, random_params(cfg, seed=1), minilm.model_dir)
+  wd = str(tmp_path / "large")
+  data_cfg = json.loads(tiny["config"].data.to_json())  # Its prepared TFDS data too.
+  avgs = synthetic_workdir(wd, data_cfg, layers, heads, L)
+  path = write_explorer(wd, examples=(0, 1), max_examples=-1, model=model)
+  size_mb = os.path.getsize(path) / 1e6
+
+  p = Page(browser, path, timeout_s=120)
+  # Head dim 4 < n: effective attention differs from the dynamic one and is stored.
+  data_cfg = ml_collections.ConfigDict(dict(data_cfg, max_length=L))
+  dev = data_lib.load_split(data_cfg, "validation", minilm.tokenizer(), 2).take(np.array([0]))
+  out = model.apply(jnp.asarray(dev.input_ids), jnp.asarray(dev.attention_mask),
+                    token_type_ids=jnp.asarray(dev.token_type_ids), capture_attention=True,
+                    capture_values=True)
+  a, v = out.attentions[-1], out.values[-1]
+  key_mask = jnp.broadcast_to(jnp.asarray(dev.attention_mask, bool)[:, None, :], a.shape[:-1])
+  pos = np.flatnonzero(dev.attention_mask[0])
+  want = np.asarray(effective.effective_attention(a, v, key_mask)[0])[0, 5][np.ix_(pos, pos)]
+  shown = np.asarray(p.js(f"papaExplorer.effective(0, {layers - 1}, 5)")).reshape(len(pos), -1)
+  step = p.js(f"papaExplorer.data.examples[0].effective.scales[{(layers - 1) * heads + 5}]")
+  assert np.abs(shown - want).max() <= step / 2 * (1 + 1e-5) + 1e-6
+  assert np.abs(want - np.asarray(a)[0, 5][np.ix_(pos, pos)]).max() > 10 * step
+  load_ms, longest = p.js("papaExplorer.loadMs"), max(p.js("window.__longTasks") or [0])
+  assert p.page.locator("#grid canvas.cell").count() == layers * heads
+  assert p.page.locator("#curve .band").count() == 2 and p.page.locator("#curve .errbar").count() > 5
+  assert "No effective/stats.json" in p.page.locator("#sec-stats").inner_text()
+  p.page.locator('#grid canvas.cell[data-layer="23"][data-head="15"]').click()
+  assert p.js("[papaExplorer.state.layer, papaExplorer.state.head]") == [23, 15]
+  shown = np.asarray(p.js("papaExplorer.constant('raw', 23, 15)")).reshape(L, L)
+  assert np.abs(shown - avgs[23, 15]).max() <= avgs[23, 15].max() / 510 * (1 + 1e-5)
+  p.page.locator("#k-slider").fill("2")
+  assert len(p.marked()) == schedule.static_head_counts(layers * heads, schedule.PAPER_FRACTIONS)[2]
+  p.page.screenshot(path=os.path.join(artifacts_dir(tmp_path), "explorer_24x16.png"))
+  assert not p.errors, p.errors
+  with capsys.disabled():
+    print(f"\n[explorer 24x16, L={L}, 2 examples] {size_mb:.2f} MB, first full render "
+          f"{load_ms / 1000:.2f} s in the browser ({p.wall_s:.2f} s wall), longest "
+          f"main-thread task {longest:.0f} ms")
+  # Not frozen: drawing is chunked, so no single task blocks the page for long.
+  assert longest < 5000, f"a {longest:.0f} ms task froze the page"
