@@ -11,17 +11,16 @@ from __future__ import annotations
 import ml_collections
 
 from papa_jax.config_schema import get_config
+from papa_jax.suite import MODEL_KEYS
 
 __all__ = ["MODELS", "TASKS", "MAX_LENGTH", "get_config", "parse_arg", "papa_config",
            "effective_config", "model_name"]
 
-# The paper's models (config key -> hub id); `minilm` is the packaged real model.
-MODELS = {
-    "bert": "bert-base-uncased", "bert_large": "bert-large-uncased",
-    "roberta": "roberta-base", "roberta_large": "roberta-large",
-    "deberta": "microsoft/deberta-base", "deberta_large": "microsoft/deberta-large",
-}
-EXTRA_MODELS = {"minilm": "sentence-transformers/all-MiniLM-L6-v2"}
+# The paper's models (config key -> hub id); `minilm` and `minilm_sre` are the
+# packaged real checkpoints (papa_jax.suite.MODEL_KEYS holds them all).
+PAPER_MODELS = ("bert", "bert_large", "roberta", "roberta_large", "deberta", "deberta_large")
+MODELS = {k: MODEL_KEYS[k] for k in PAPER_MODELS}
+EXTRA_MODELS = {k: v for k, v in MODEL_KEYS.items() if k not in MODELS}
 TASKS = ("cola", "sst2", "mrpc", "qnli", "mnli", "ner")
 # Single-sentence tasks fit in 64 tokens (as the paper's CoLA command);
 # pair and tagging tasks get 128, since the layout halves each segment's room.
@@ -42,7 +41,7 @@ def parse_arg(arg: str | None, **defaults) -> ml_collections.ConfigDict:
 
 def model_name(key: str) -> str:
   """A key of MODELS (or 'minilm'), else the value itself (a hub id or a path)."""
-  return {**MODELS, **EXTRA_MODELS}.get(key, key)
+  return MODEL_KEYS.get(key, key)
 
 
 def papa_config(model: str, task: str) -> ml_collections.ConfigDict:

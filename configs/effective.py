@@ -1,16 +1,31 @@
-"""Raw vs effective attention (Sun & Marasovic 2021) on a task's dev split.
+"""Effective-attention analyses (Sun & Marasovic 2021) on a task's dev split.
 
   python launch/main.py --config=configs/effective.py:model=minilm,task=sst2 --workdir=DIR
+  python launch/main.py --config=configs/effective.py:stage=finetune,other=minilm_sre --workdir=DIR
+  python launch/main.py --config=configs/effective.py:stage=linguistic,task=pos --workdir=DIR
 
-model: minilm (all-MiniLM-L6-v2, packaged; SST-2 dev in a few CPU minutes),
-bert (bert-base-uncased, Sun & Marasovic's setting), any key of configs/base.py's
-MODELS, a hub id or a local directory. Inputs use the standard layout up to 128
-tokens, so sentences longer than the head dimension keep all their tokens.
+stage: effective (raw vs effective attention: mass per token class, divergence,
+correlation, null-space norm), finetune (`model` vs its fine-tune `other`:
+cosine and JS per head), linguistic (attention to part-of-speech classes; a
+tagging task with gold POS: pos or udpos). model/other: minilm
+(all-MiniLM-L6-v2, packaged), minilm_sre (its fine-tune in the
+sre-embedding-model package), bert (Sun & Marasovic's setting), any key of
+configs/base.py's MODELS, a hub id or a directory. Inputs use the standard
+layout up to 128 tokens (64 for CoNLL sentences), so sentences longer than the
+head dimension keep all their tokens. For head ablation see
+configs/quickstart.py (stage=ablation runs on a PAPA workdir: it needs its
+constant matrices, and compares with its head ranking).
 """
 
 from configs import base
 
 
 def get_config(arg=None):
-  a = base.parse_arg(arg, model="minilm", task="sst2")
-  return base.effective_config(a.model, a.task)
+  a = base.parse_arg(arg, stage="effective", model="minilm", task="sst2", other="minilm_sre")
+  c = base.effective_config(a.model, a.task)
+  c.stage = a.stage
+  if a.stage == "finetune":
+    c.effective.other_model = base.model_name(a.other)
+  if a.task in ("pos", "ner", "chunk", "udpos"):
+    c.data.max_length = 64
+  return c

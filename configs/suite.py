@@ -27,7 +27,7 @@ def get_config(arg=None):
   c = base.get_config()
   c.stage = "suite"
   c.model.name = ""  # Set per cell.
-  models = tuple(base.model_name(m) if m in base.MODELS else m for m in a.models.split("+"))
+  models = tuple(a.models.split("+"))  # Keys name the cells; papa_jax.suite resolves them.
   tasks = tuple(a.tasks.split("+"))
   c.suite = ml_collections.ConfigDict(dict(
       models=models, tasks=tasks,

@@ -19,7 +19,9 @@ from typing import Any
 
 import ml_collections
 
-STAGES = ("means", "sort", "probe", "all", "effective", "suite", "report", "explore")
+STAGES = ("means", "sort", "probe", "all", "effective", "finetune", "linguistic", "ablation",
+          "suite", "report", "explore")
+ANALYSIS_STAGES = ("effective", "finetune", "linguistic")  # Passes over effective.split.
 VARIANTS = ("raw", "effective")
 FEATURE_DTYPES = ("float32", "bfloat16")
 RESULT_GROUPS = ("model", "data", "sort", "probe", "effective")
@@ -117,6 +119,8 @@ def get_config() -> ml_collections.ConfigDict:
       figure_layer=-1,  # Layer and head of that figure; -1: the largest null part.
       figure_head=-1,
       min_valid_tokens=0,  # Only examples with more real tokens than this.
+      other_model="",  # stage=finetune: the fine-tuned checkpoint compared with model.name.
+      ablations=("uniform", "constant", "effective"),  # stage=ablation: head replacements.
   ))
   c.explore = ml_collections.ConfigDict(dict(
       examples=(0, 1, 2),  # Dev indices (whole validation split, file order) shown first.
@@ -236,6 +240,10 @@ def validate(config: ml_collections.ConfigDict) -> None:
     raise ConfigError("run.cache_max_gb must be > 0.")
   if not (config.report.n_boot >= 100 and 0.5 < config.report.level < 1):
     raise ConfigError("report.n_boot must be >= 100 and report.level in (0.5, 1).")
+  bad = set(config.effective.ablations) - {"uniform", "constant", "effective"}
+  if bad or not config.effective.ablations:
+    raise ConfigError(f"effective.ablations={tuple(config.effective.ablations)!r}: use a "
+                      "non-empty subset of ('uniform', 'constant', 'effective').")
   if config.effective.split not in ("train", "validation", "test"):
     raise ConfigError(f"effective.split={config.effective.split!r}; use train, validation or test.")
 

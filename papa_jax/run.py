@@ -65,7 +65,7 @@ class Setup:
     self.L = config.data.max_length
 
   def splits_needed(self) -> tuple[str, ...]:
-    if self.config.stage == "effective":
+    if self.config.stage in config_schema.ANALYSIS_STAGES:
       return (self.config.effective.split,)
     return ("train", self.task.eval_split)
 
@@ -126,12 +126,13 @@ class Setup:
 
   def check_inputs(self) -> None:
     """Reads and checks everything this stage needs, before the workdir is touched."""
-    splits = ({"effective": self.effective_data} if self.config.stage == "effective" else
+    analysis = self.config.stage in config_schema.ANALYSIS_STAGES
+    splits = ({self.config.effective.split: self.effective_data} if analysis else
               {"train": self.train_data, self.task.eval_split: self.eval_data})
     for name, d in splits.items():
       tokenization.check_unknown_rate(self.tokenizer, d.input_ids, d.attention_mask,
                                       f"{self.task.name}/{name}")
-    if self.config.stage == "effective":
+    if analysis:
       return
     for v in self.variants:
       if os.path.exists(self.means_path(v)):
@@ -333,14 +334,18 @@ def stage_probe(s: Setup) -> list[dict]:
   return rows
 
 
-def _stage_effective(s: Setup) -> dict:
-  from papa_jax.analysis import stage as effective_stage  # pylint: disable=import-outside-toplevel
-  return effective_stage.run(s)
+def _analysis(name: str):
+  def stage(s: Setup):
+    from papa_jax.analysis import stage as effective_stage  # pylint: disable=import-outside-toplevel
+    from papa_jax.analysis import stages  # pylint: disable=import-outside-toplevel
+    return {"effective": effective_stage.run, "finetune": stages.run_finetune,
+            "linguistic": stages.run_linguistic, "ablation": stages.run_ablation}[name](s)
+  return stage
 
 
 STAGES = {"means": stage_means, "sort": stage_sort, "probe": stage_probe,
-          "effective": _stage_effective}
-PLANS = {"all": ("means", "sort", "probe")}
+          **{n: _analysis(n) for n in ("effective", "finetune", "linguistic", "ablation")}}
+PLANS = {"all": ("means", "sort", "probe"), "ablation": ("means", "ablation")}
 
 
 def run(config: ml_collections.ConfigDict, workdir: str):

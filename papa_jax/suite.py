@@ -24,8 +24,11 @@ from papa_jax import data as data_lib
 from papa_jax.papa import means as means_lib
 
 CELL_SEPARATOR = "__"
-# Model keys of suite configs: short names for the packaged real checkpoints.
+# Short model names of configs: the paper's six, and the packaged real checkpoints.
 MODEL_KEYS = {
+    "bert": "bert-base-uncased", "bert_large": "bert-large-uncased",
+    "roberta": "roberta-base", "roberta_large": "roberta-large",
+    "deberta": "microsoft/deberta-base", "deberta_large": "microsoft/deberta-large",
     "minilm": "sentence-transformers/all-MiniLM-L6-v2",
     "minilm_sre": "pkg:sre_embedding_model/model_weights",
 }
@@ -51,7 +54,8 @@ def cells(config: ml_collections.ConfigDict) -> list[tuple[str, str]]:
 
 
 def cell_dir(path: str, model: str, task: str) -> str:
-  return os.path.join(path, f"{model}{CELL_SEPARATOR}{task}")
+  safe = model.replace("/", "_").replace(":", "_")
+  return os.path.join(path, f"{safe}{CELL_SEPARATOR}{task}")
 
 
 def run_suite(config: ml_collections.ConfigDict, path: str) -> dict:

@@ -102,6 +102,24 @@ def check_unknown_rate(tok, input_ids, attention_mask, what: str) -> float:
   return rate
 
 
+PROBE_TEXTS = ("The quick brown fox jumps over the lazy dog.", "Ünïcödé ÀÉÎ naïve café, 2.5%!",
+               "un-believable isn't it?  Tabs\tand  spaces", "数据 données Daten δεδομένα")
+
+
+def tokenization_difference(tok_a, tok_b) -> str | None:
+  """Why two tokenizers would give the same text different ids, or None."""
+  if tok_a.get_vocab() != tok_b.get_vocab():
+    return "their vocabularies differ"
+  for name in ("cls_token_id", "sep_token_id", "pad_token_id", "unk_token_id"):
+    if getattr(tok_a, name) != getattr(tok_b, name):
+      return f"{name} differs ({getattr(tok_a, name)} vs {getattr(tok_b, name)})"
+  for text in PROBE_TEXTS:
+    a, b = tok_a(text)["input_ids"], tok_b(text)["input_ids"]
+    if a != b:
+      return f"they tokenize {text!r} differently ({a} vs {b})"
+  return None
+
+
 def tokenizer_fingerprint(model_dir: str) -> str:
   """Hash of the tokenizer files: a different vocabulary gives different inputs."""
   h = hashlib.sha256()

@@ -28,7 +28,7 @@ from papa_jax import config_schema
 
 CONFIG_FILE = "config.json"
 # Outputs of finished work; their presence binds the workdir to its config.
-RESULT_DIRS = ("means", "sort", "probe", "effective", "finetune", "ablation", "features")
+RESULT_DIRS = ("means", "sort", "probe", "effective", "finetune", "linguistic", "ablation")
 RESULT_FILES = ("results.json", "results.csv", "results.md", "papa_curve.png")
 # Finished outputs and the config groups they depend on.
 FINISHED = {
@@ -37,8 +37,10 @@ FINISHED = {
     "probe/*/result.json": config_schema.PAPA_GROUPS,
     "results.json": config_schema.PAPA_GROUPS,
     "effective/stats.json": config_schema.EFFECTIVE_GROUPS,
-    "*/stats.json": config_schema.RESULT_GROUPS,
-    "*/result.json": config_schema.RESULT_GROUPS,
+    "finetune/stats.json": config_schema.EFFECTIVE_GROUPS,
+    "linguistic/stats.json": config_schema.EFFECTIVE_GROUPS,
+    "ablation/*.npz": config_schema.RESULT_GROUPS,
+    "ablation/stats.json": config_schema.RESULT_GROUPS,
 }
 
 

@@ -55,3 +55,38 @@ def tiny_config(tmp_path, **overrides) -> ml_collections.ConfigDict:
   c.sort.max_train_examples = -1
   c.run.log_every_steps = 2
   return override(c, **overrides)
+
+
+# Float64 numpy references of one BERT layer (the oracles of the override tests).
+
+
+def np_layer_norm(x, p, eps):
+  import numpy as np  # pylint: disable=import-outside-toplevel
+  mu = x.mean(-1, keepdims=True)
+  var = ((x - mu) ** 2).mean(-1, keepdims=True)
+  return (x - mu) / np.sqrt(var + eps) * p["scale"] + p["bias"]
+
+
+def np_softmax_probs(x, mask, a, heads, head_dim):
+  """Dynamic BERT attention of `heads` in float64: `[B, len(heads), L, L]`."""
+  import numpy as np  # pylint: disable=import-outside-toplevel
+  q = np.einsum("bld,dhk->bhlk", x, a["query"]["kernel"]) + a["query"]["bias"][None, :, None]
+  k = np.einsum("bld,dhk->bhlk", x, a["key"]["kernel"]) + a["key"]["bias"][None, :, None]
+  s = np.einsum("bhqd,bhkd->bhqk", q[:, heads], k[:, heads]) / np.sqrt(head_dim)
+  s = np.where(mask[:, None, None, :] > 0, s, -np.inf)
+  e = np.exp(s - s.max(-1, keepdims=True))
+  return e / e.sum(-1, keepdims=True)
+
+
+def np_bert_layer(x, probs, p, eps):
+  """The rest of a BERT layer (exact gelu) given its probabilities `[B, H, L, L]`."""
+  import numpy as np  # pylint: disable=import-outside-toplevel
+  from scipy.special import erf  # pylint: disable=import-outside-toplevel
+  a = p["attention"]
+  v = np.einsum("bld,dhk->bhlk", x, a["value"]["kernel"]) + a["value"]["bias"][None, :, None]
+  ctx = np.einsum("bhqk,bhkd->bhqd", probs, v)
+  att = np.einsum("bhqd,hde->bqe", ctx, a["out_kernel"]) + a["out_bias"]
+  h = np_layer_norm(x + att, p["attention_norm"], eps)
+  f = h @ p["intermediate"]["kernel"] + p["intermediate"]["bias"]
+  f = (0.5 * f * (1 + erf(f / np.sqrt(2)))) @ p["output"]["kernel"] + p["output"]["bias"]
+  return np_layer_norm(h + f, p["output_norm"], eps)

@@ -87,3 +87,26 @@ def attention_maps(raw: np.ndarray, eff: np.ndarray, tokens: list[str], path: st
     ax.set_yticklabels(tokens, fontsize=max(3, 7 - n // 20))
     fig.colorbar(im, ax=ax, fraction=0.046)
   _save(fig, path, title)
+
+
+def head_maps(panels: list[tuple[str, np.ndarray]], path: str, title: str, *, ncols: int = 0,
+              shared_scale: bool = True, cmap: str = "viridis", center: bool = False) -> None:
+  """Layer x head heatmaps, one per panel (e.g. raw beside effective), one colour scale."""
+  plt = pyplot()
+  n = len(panels)
+  ncols = ncols or n
+  nrows = -(-n // ncols)
+  fig, axes = plt.subplots(nrows, ncols, figsize=(3.2 * ncols, 2.9 * nrows), dpi=120,
+                           squeeze=False)
+  vals = np.concatenate([np.ravel(p) for _, p in panels])
+  vals = vals[np.isfinite(vals)]
+  lo, hi = (float(vals.min()), float(vals.max())) if len(vals) else (0.0, 1.0)
+  if center:
+    lim = max(abs(lo), abs(hi))
+    lo, hi = -lim, lim
+  for ax, (name, values) in zip(axes.ravel(), panels):
+    kw = dict(vmin=lo, vmax=hi) if shared_scale else {}
+    _heatmap(fig, ax, values, name, cmap=cmap, **kw)
+  for ax in axes.ravel()[n:]:
+    ax.axis("off")
+  _save(fig, path, title)

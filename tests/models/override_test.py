@@ -7,6 +7,7 @@ import pytest
 
 import papa_jax as pj
 from papa_jax import attention as attn
+from tests import testing
 
 SENTS = ["the movie was a gorgeous , witty , seductive thing .",
          "dull", "a film that proves its point a little too well"]
@@ -64,27 +65,12 @@ def test_override_fast_path_equals_explicit_for_mixed_heads(minilm, batch):
     assert np.all(a[np.broadcast_to(~m[:, None, None, :], a.shape)] == 0)
 
 
-def _np_layer_norm(x, p, eps):
-  mu = x.mean(-1, keepdims=True)
-  var = ((x - mu) ** 2).mean(-1, keepdims=True)
-  return (x - mu) / np.sqrt(var + eps) * p["scale"] + p["bias"]
-
-
 def _np_constant_layer(x, mask, const, p, eps):
   """One BERT layer with every head's attention the masked constant, in numpy."""
-  a = p["attention"]
-  v = np.einsum("bld,dhk->bhlk", x, a["value"]["kernel"]) + a["value"]["bias"][None, :, None]
   m = mask.astype(np.float64)
   probs = const[None] * m[:, None, :, None] * m[:, None, None, :]
   probs = probs / np.maximum(np.abs(probs).sum(-1, keepdims=True), 1e-12)
-  ctx = np.einsum("bhqk,bhkd->bhqd", probs, v)
-  out = np.einsum("bhqd,hde->bqe", ctx, a["out_kernel"]) + a["out_bias"]
-  h = _np_layer_norm(x + out, p["attention_norm"], eps)
-  from scipy.special import erf
-  f = h @ p["intermediate"]["kernel"] + p["intermediate"]["bias"]
-  f = 0.5 * f * (1 + erf(f / np.sqrt(2)))
-  f = f @ p["output"]["kernel"] + p["output"]["bias"]
-  return _np_layer_norm(h + f, p["output_norm"], eps)
+  return testing.np_bert_layer(x, probs, p, eps)
 
 
 def test_override_all_static_content_enters_only_through_values(minilm, batch):
@@ -204,16 +190,6 @@ def test_override_mixed_heads_with_own_attention_reproduce_every_family(hf_model
                                  err_msg=f"{arch}, capture={capture}")
 
 
-def _np_softmax_heads(x, mask, a, heads, head_dim):
-  """Dynamic BERT attention for `heads` in float64 numpy: `[B, len(heads), L, L]`."""
-  q = np.einsum("bld,dhk->bhlk", x, a["query"]["kernel"]) + a["query"]["bias"][None, :, None]
-  k = np.einsum("bld,dhk->bhlk", x, a["key"]["kernel"]) + a["key"]["bias"][None, :, None]
-  s = np.einsum("bhqd,bhkd->bhqk", q[:, heads], k[:, heads]) / np.sqrt(head_dim)
-  s = np.where(mask[:, None, None, :] > 0, s, -np.inf)
-  e = np.exp(s - s.max(-1, keepdims=True))
-  return e / e.sum(-1, keepdims=True)
-
-
 def test_override_mixed_heads_equal_a_numpy_layer(minilm, batch):
   """One BERT layer with a mixed static/dynamic head set, in float64 numpy."""
   ids, mask = batch
@@ -234,15 +210,8 @@ def test_override_mixed_heads_equal_a_numpy_layer(minilm, batch):
     const /= np.maximum(np.abs(const).sum(-1, keepdims=True), 1e-12)
     dyn = [h for h in range(cfg.num_heads) if not static[0, h]]
     probs[:, static[0]] = const[:, static[0]]
-    probs[:, dyn] = _np_softmax_heads(x, m, a, dyn, cfg.dim_per_head)
-    v = np.einsum("bld,dhk->bhlk", x, a["value"]["kernel"]) + a["value"]["bias"][None, :, None]
-    ctx = np.einsum("bhqk,bhkd->bhqd", probs, v)
-    att = np.einsum("bhqd,hde->bqe", ctx, a["out_kernel"]) + a["out_bias"]
-    h = _np_layer_norm(x + att, p["attention_norm"], cfg.layer_norm_eps)
-    from scipy.special import erf
-    f = h @ p["intermediate"]["kernel"] + p["intermediate"]["bias"]
-    f = (0.5 * f * (1 + erf(f / np.sqrt(2)))) @ p["output"]["kernel"] + p["output"]["bias"]
-    want = _np_layer_norm(h + f, p["output_norm"], cfg.layer_norm_eps)
+    probs[:, dyn] = testing.np_softmax_probs(x, m, a, dyn, cfg.dim_per_head)
+    want = testing.np_bert_layer(x, probs, p, cfg.layer_norm_eps)
     real = mask.astype(bool)
     np.testing.assert_allclose(np.asarray(out.hidden_states[1])[real], want[real], atol=3e-5)
 
