@@ -51,14 +51,14 @@ def interleaved(fns: dict[str, Callable[[], object]], rounds: int = 15, warmup: 
 
 
 def machine() -> dict:
-  import jax
-  return dict(
-      cpu=platform.processor() or platform.machine(),
-      cores=os.cpu_count(),
-      jax=jax.__version__,
-      backend=jax.default_backend(),
-      devices=len(jax.devices()),
-  )
+  """CPU model and vector flags, cores, JAX and its devices, XLA flags."""
+  from papa_jax import cpu_tuning  # pylint: disable=import-outside-toplevel
+  import jax  # pylint: disable=import-outside-toplevel
+  cpu = cpu_tuning.cpu_info()
+  return dict(cpu=cpu["model"], cpu_kind=cpu["kind"], cpu_flags=" ".join(cpu["flags"]),
+              cores=os.cpu_count(), jax=jax.__version__, backend=jax.default_backend(),
+              devices=f"{len(jax.devices())} x {jax.devices()[0].device_kind}",
+              xla_flags=os.environ.get("XLA_FLAGS", ""), platform=platform.machine())
 
 
 def set_torch_threads() -> None:
@@ -69,7 +69,10 @@ def set_torch_threads() -> None:
 def report(title: str, rows: list[dict], path: str | None = None) -> None:
   """Prints rows as a markdown table and optionally appends JSON lines."""
   keys = list(rows[0])
+  m = machine()
   print(f"\n### {title}\n")
+  print(f"Machine: {m['cpu']} ({m['cpu_kind']}: {m['cpu_flags']}), {m['cores']} cores; "
+        f"JAX {m['jax']} on {m['devices']}; XLA_FLAGS='{m['xla_flags']}'\n")
   print("| " + " | ".join(keys) + " |")
   print("|" + "---|" * len(keys))
   for r in rows:

@@ -16,13 +16,13 @@ import functools
 import os
 
 import jax
-import ml_dtypes
 import numpy as np
 
 from papa_jax import parallel, workdir
+from papa_jax.models.encoder import DTYPES
 from papa_jax.train import FrozenEncoder
 
-NP_DTYPES = {"float32": np.dtype(np.float32), "bfloat16": np.dtype(ml_dtypes.bfloat16)}
+NP_DTYPES = {name: np.dtype(dt) for name, dt in DTYPES.items()}
 
 
 class CacheTooLarge(ValueError):

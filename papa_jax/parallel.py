@@ -77,18 +77,24 @@ def put_replicated(tree, mesh: Mesh):
   return jax.device_put(tree, replicated(mesh))
 
 
-def sharded_sum(fn: Callable, mesh: Mesh) -> Callable:
+def sharded_sum(fn: Callable, mesh: Mesh, *, with_rows: bool = False) -> Callable:
   """`jit(shard_map(fn))` whose outputs (sums over the batch) are psum-med once.
 
   `fn(replicated, local_batch) -> pytree of float32 sums` runs per device on
   its rows; the pytree is flattened into one vector and reduced with a single
   `psum` over `data`, so the program holds exactly one collective (many small
   all-reduces can deadlock XLA's CPU collectives when devices outnumber cores).
+  With `with_rows`, `fn` returns `(sums, rows)` and the per-example `rows` come
+  back sharded over the batch (readable on the host when single-process).
   """
   def local(params, batch):
-    flat, unravel = ravel_pytree(fn(params, batch))
-    return unravel(jax.lax.psum(flat, DATA))
-  return jax.jit(jax.shard_map(local, mesh=mesh, in_specs=(P(), P(DATA)), out_specs=P()))
+    out = fn(params, batch)
+    sums, rows = out if with_rows else (out, None)
+    flat, unravel = ravel_pytree(sums)
+    reduced = unravel(jax.lax.psum(flat, DATA))
+    return (reduced, rows) if with_rows else reduced
+  out_specs = (P(), P(DATA)) if with_rows else P()
+  return jax.jit(jax.shard_map(local, mesh=mesh, in_specs=(P(), P(DATA)), out_specs=out_specs))
 
 
 def is_main_process() -> bool:

@@ -63,6 +63,7 @@ class Setup:
     self.static_head_counts = schedule.static_head_counts(
         mc.total_heads, config_schema.fractions(config))
     self.L = config.data.max_length
+    self.baseline_train_features = None  # Set by the means stage when it can (see there).
 
   def splits_needed(self) -> tuple[str, ...]:
     if self.config.stage in config_schema.ANALYSIS_STAGES:
@@ -162,10 +163,17 @@ def stage_means(s: Setup) -> None:
         means_lib.save_partial(partial, st, run_key)
 
     t0 = time.perf_counter()
+    # The raw pass is the baseline's forward over the same examples: keep its
+    # hidden states as the baseline probe's cached train features.
+    reuse = s.config.probe.cache_features and variant == "raw"
     state = means_lib.accumulate(
         s.model.config, s.model.params, s.train_data, s.mesh, batch_size=s.config.run.batch_size,
         attention=variant, state=state, checkpoint=checkpoint,
-        checkpoint_every=s.config.run.checkpoint_every_batches, desc=f"means ({variant})")
+        checkpoint_every=s.config.run.checkpoint_every_batches, desc=f"means ({variant})",
+        feature_dtype=s.config.probe.feature_dtype if reuse else None)
+    if state.features is not None:
+      s.baseline_train_features = features_lib.Features(
+          state.features, s.train_data.attention_mask, s.train_data.labels)
     if parallel.is_main_process():
       means_lib.save_means(path, state, meta)
       if os.path.exists(partial):
@@ -270,10 +278,14 @@ def _probe_runs(s: Setup, variant: str, k: int, ranking) -> list[dict]:
   train_data, eval_data = s.train_data, s.eval_data
   if cfg.probe.cache_features:  # Once per static-head set, shared by every seed.
     name = f"{variant}_k{k}"
-    train_data, eval_data = (features_lib.compute(
+    compute = lambda d, split: features_lib.compute(
         encoder, d, s.mesh, cfg.run.batch_size,
         features_lib.cache_path(cfg.run.cache_dir, name, split), f"features {name} {split}")
-                             for d, split in ((s.train_data, "train"), (s.eval_data, "eval")))
+    reused = s.baseline_train_features if k == 0 else None
+    if reused is not None:
+      logging.info("features %s train: reusing the means pass's forward.", name)
+    train_data = reused if reused is not None else compute(s.train_data, "train")
+    eval_data = compute(s.eval_data, "eval")
   for seed, run_dir, fp in todo:
     t0 = time.perf_counter()
     _, history, logits = train.fit(

@@ -26,11 +26,10 @@ from papa_jax import checkpoint as ckpt_lib
 from papa_jax import parallel, preemption, probes
 from papa_jax.data import pipeline
 from papa_jax.models.config import EncoderConfig
-from papa_jax.models.encoder import Encoder
+from papa_jax.models.encoder import DTYPES, Encoder
 from papa_jax.progress import Progress
 
 Array = jax.Array
-DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 
 
 @flax.struct.dataclass

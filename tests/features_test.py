@@ -57,3 +57,19 @@ def test_invalid_cache_over_budget_is_refused():
   with pytest.raises(features.CacheTooLarge, match=r"needs 80.1. GiB, over the budget run.cache_max_gb=8"):
     features.check_budget(n, 8.0, "SST-2 train")
   features.check_budget(n, 100.0, "SST-2 train")
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_means_pass_features_equal_the_feature_pass_bitwise(minilm, small, dtype):
+  """The means pass's forward doubles as the baseline's feature pass (one fewer pass)."""
+  from papa_jax.papa import means as means_lib
+  _, tr, _ = small
+  mesh = parallel.make_mesh(-1)
+  state = means_lib.accumulate(minilm.config, minilm.params, tr, mesh, batch_size=16,
+                               feature_dtype=dtype)
+  want = features.compute(train.FrozenEncoder(minilm.params, None, minilm.config,
+                                              feature_dtype=dtype), tr, mesh, 16)
+  assert state.features.dtype == want.features.dtype and state.num_examples == 80
+  np.testing.assert_array_equal(state.features.view(np.uint8), want.features.view(np.uint8))
+  plain = means_lib.accumulate(minilm.config, minilm.params, tr, mesh, batch_size=16)
+  np.testing.assert_array_equal(plain.sums, state.sums)  # The means are unchanged.

@@ -31,7 +31,7 @@ from papa_jax import parallel, preemption, workdir
 from papa_jax.analysis import effective
 from papa_jax.data import pipeline
 from papa_jax.models.config import EncoderConfig
-from papa_jax.models.encoder import Encoder
+from papa_jax.models.encoder import DTYPES, Encoder
 
 FORMAT = "papa-jax-means/1"
 ATTENTION_KINDS = ("raw", "effective")
@@ -51,13 +51,20 @@ def model_fingerprint(config: EncoderConfig, params) -> str:
 
 
 @functools.lru_cache(maxsize=8)
-def compiled_batch_sums(config: EncoderConfig, attention: str, mesh) -> Callable:
+def compiled_batch_sums(config: EncoderConfig, attention: str, mesh,
+                        feature_dtype: str | None = None) -> Callable:
   """`batch_sums` under `parallel.sharded_sum`, built once per (config, mesh)."""
-  return parallel.sharded_sum(batch_sums_fn(config, attention), mesh)
+  return parallel.sharded_sum(batch_sums_fn(config, attention, feature_dtype), mesh,
+                              with_rows=feature_dtype is not None)
 
 
-def batch_sums_fn(config: EncoderConfig, attention: str = "raw") -> Callable:
-  """`(params, batch) -> (sums [layers, H, L, L], counts [L, L], examples)`, float32."""
+def batch_sums_fn(config: EncoderConfig, attention: str = "raw",
+                  feature_dtype: str | None = None) -> Callable:
+  """`(params, batch) -> (sums [layers, H, L, L], counts [L, L], examples)`, float32.
+
+  With `feature_dtype`, also the batch's stacked hidden states `[B, K, L, D]`
+  in that dtype: the baseline probe's features, from the same forward pass.
+  """
   if attention not in ATTENTION_KINDS:
     raise ValueError(f"means attention must be one of {ATTENTION_KINDS}, not {attention!r}.")
   module = Encoder(config)
@@ -74,7 +81,12 @@ def batch_sums_fn(config: EncoderConfig, attention: str = "raw") -> Callable:
         key_mask = jnp.broadcast_to(m[:, None, :] > 0, a.shape[:-1])
         a = effective.effective_attention(a, out.values[layer], key_mask)[0]
       sums.append(jnp.einsum("bhqk,bqk->hqk", a, pair))
-    return jnp.stack(sums), jnp.sum(pair, axis=0), jnp.sum(batch["valid"].astype(jnp.float32))
+    totals = (jnp.stack(sums), jnp.sum(pair, axis=0),
+              jnp.sum(batch["valid"].astype(jnp.float32)))
+    if feature_dtype is None:
+      return totals
+    feats = jnp.stack(out.hidden_states, axis=1).astype(DTYPES[feature_dtype])
+    return totals, feats
 
   return batch_sums
 
@@ -87,6 +99,7 @@ class MeansState:
   counts: np.ndarray
   next_batch: int = 0
   num_examples: int = 0
+  features: np.ndarray | None = None  # Hidden states of every example, when collected.
 
   @classmethod
   def zeros(cls, config: EncoderConfig, max_length: int) -> MeansState:
@@ -103,7 +116,8 @@ class MeansState:
 def accumulate(config: EncoderConfig, params, data, mesh, *, batch_size: int,
                attention: str = "raw", state: MeansState | None = None,
                checkpoint: Callable[[MeansState], None] | None = None,
-               checkpoint_every: int = 0, desc: str = "") -> MeansState:
+               checkpoint_every: int = 0, desc: str = "",
+               feature_dtype: str | None = None) -> MeansState:
   """The means pass: every batch's masked sums added into float64 host totals.
 
   Args:
@@ -118,14 +132,23 @@ def accumulate(config: EncoderConfig, params, data, mesh, *, batch_size: int,
       before stopping on a preemption request (then `Preempted` is raised).
     checkpoint_every: 0 for never.
     desc: progress label.
+    feature_dtype: also collect every example's stacked hidden states in this
+      dtype into `state.features` (single-process runs that start at batch 0;
+      a resumed pass collects none).
   """
   if state is None:
     state = MeansState.zeros(config, pipeline.columns(data)["input_ids"].shape[1])
-  fn = compiled_batch_sums(config, attention, mesh)
+  if feature_dtype is not None and (state.next_batch or jax.process_count() > 1):
+    feature_dtype = None
+  fn = compiled_batch_sums(config, attention, mesh, feature_dtype)
   params = parallel.put_replicated(params, mesh)
-  for step, (sums, counts, n), _ in parallel.map_batches(
+  rows = []
+  for step, out, valid in parallel.map_batches(
       lambda b: fn(params, b), data, batch_size=batch_size, mesh=mesh,
       start=state.next_batch, desc=desc):
+    (sums, counts, n), feats = out if feature_dtype is not None else (out, None)
+    if feats is not None:
+      rows.append(feats[valid])
     state.sums += np.asarray(sums, np.float64)
     state.counts += np.asarray(counts, np.float64)
     state.num_examples += int(round(float(n)))
@@ -136,6 +159,8 @@ def accumulate(config: EncoderConfig, params, data, mesh, *, batch_size: int,
       checkpoint(state)
     if stop:
       raise preemption.Preempted(f"{desc or 'means'}: stopped after batch {state.next_batch}.")
+  if rows:
+    state.features = np.concatenate(rows)
   return state
 
 

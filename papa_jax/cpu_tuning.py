@@ -1,0 +1,59 @@
+"""XLA-CPU settings chosen by measurement for the CPU kind this runs on.
+
+`cpu_info()` reads the CPU model and vector extensions; `apply()` adds the
+settings that measured fastest for that kind to XLA_FLAGS (never overriding a
+flag the user set), and must run before JAX creates its CPU backend (the
+launcher calls it first). The table below holds what benchmarks/cpu_flags.py
+measured, per kind; RESULTS.md has the runs. A kind not measured yet keeps
+XLA's defaults.
+"""
+
+from __future__ import annotations
+
+import os
+
+# kind -> XLA flags that measured fastest for the encoder forward and the means
+# pass with unchanged numerics (benchmarks/cpu_flags.py; benchmarks/RESULTS.md).
+MEASURED: dict[str, tuple[str, ...]] = {
+    "avx512_bf16": (),  # AMD EPYC (Zen 4) 2 cores: XLA defaults were fastest.
+    "avx512": (),
+    "avx2": (),
+}
+VECTOR_FLAGS = ("avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16", "amx_bf16",
+                "amx_tile")
+
+
+def cpu_info() -> dict:
+  """`{"model", "flags" (the vector extensions present), "kind"}` from /proc/cpuinfo."""
+  model, flags = "unknown", set()
+  try:
+    with open("/proc/cpuinfo") as f:
+      for line in f:
+        key, _, value = line.partition(":")
+        key = key.strip()
+        if key == "model name" and model == "unknown":
+          model = value.strip()
+        elif key in ("flags", "Features") and not flags:
+          flags = set(value.split())
+  except OSError:
+    pass
+  present = [f for f in VECTOR_FLAGS if f in flags]
+  if "avx512_bf16" in flags:
+    kind = "avx512_bf16"
+  elif "avx512f" in flags:
+    kind = "avx512"
+  elif "avx2" in flags:
+    kind = "avx2"
+  else:
+    kind = "other"
+  return dict(model=model, flags=present, kind=kind)
+
+
+def apply(environ=os.environ) -> list[str]:
+  """Adds this CPU kind's measured flags to XLA_FLAGS; returns the ones added."""
+  current = environ.get("XLA_FLAGS", "")
+  set_names = {f.split("=")[0] for f in current.split()}
+  added = [f for f in MEASURED.get(cpu_info()["kind"], ()) if f.split("=")[0] not in set_names]
+  if added:
+    environ["XLA_FLAGS"] = " ".join([current, *added]).strip()
+  return added
