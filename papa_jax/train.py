@@ -165,6 +165,37 @@ class FitConfig:
   checkpoint_every_steps: int = 0
 
 
+def resident_table(data, mesh) -> dict | None:
+  """Cached features kept on the device for the whole fit (one-device, one-process meshes).
+
+  Each batch is then gathered on the device, with no host copy per step (the
+  gathered rows are the same; padding rows differ only in content the loss
+  masks out). Elsewhere, None: each process gathers its rows on the host.
+  """
+  if not hasattr(data, "features") or mesh.size != 1 or jax.process_count() != 1:
+    return None
+  return {k: jnp.asarray(v) for k, v in pipeline.columns(data).items()}
+
+
+def device_batches(data, table: dict | None, batch_size: int, mesh, *, seed: int, epoch: int,
+                   start: int = 0):
+  """One epoch's shuffled training batches on the mesh, from batch `start`."""
+  if table is None:
+    for batch in pipeline.batches(data, batch_size, shuffle=True, seed=seed, epoch=epoch,
+                                  start=start):
+      yield parallel.put_batch(pipeline.host_slice(batch), mesh)
+    return
+  order = pipeline.epoch_order(pipeline.num_rows(data), shuffle=True, seed=seed, epoch=epoch)
+  for idx in pipeline.batch_indices(order, batch_size)[start:]:
+    yield _take(table, jnp.asarray(idx, jnp.int32))
+
+
+@jax.jit
+def _take(table: dict, idx: Array) -> dict:
+  valid = idx >= 0
+  return dict({k: v[jnp.maximum(idx, 0)] for k, v in table.items()}, valid=valid)
+
+
 def predict(eval_fn, params, encoder: FrozenEncoder, data, mesh, batch_size: int) -> np.ndarray:
   """Probe outputs for every example of `data`, in order (padding removed)."""
   outs = [out[valid] for _, out, valid in parallel.map_batches(
@@ -211,6 +242,7 @@ def fit(name: str, probe: nn.Module, encoder: FrozenEncoder, tx, cfg: FitConfig,
                                        step_in_epoch=step_in_epoch, epoch_losses=losses,
                                        history=history))
 
+  table = resident_table(train_data, mesh)
   log_every = max(1, min(cfg.log_every_steps, steps_per_epoch))
   prog = Progress(f"{name} train", cfg.epochs * steps_per_epoch, unit="steps", every=1,
                   start=epoch * steps_per_epoch + start)
@@ -218,11 +250,10 @@ def fit(name: str, probe: nn.Module, encoder: FrozenEncoder, tx, cfg: FitConfig,
   for epoch in range(epoch, cfg.epochs):
     t0, pending = time.perf_counter(), []
     host = list(epoch_losses)
-    for i, batch in enumerate(pipeline.batches(train_data, cfg.batch_size, shuffle=True,
-                                               seed=cfg.seed, epoch=epoch, start=start),
+    for i, batch in enumerate(device_batches(train_data, table, cfg.batch_size, mesh,
+                                             seed=cfg.seed, epoch=epoch, start=start),
                               start=start):
-      state, loss = train_step(state, parallel.put_batch(pipeline.host_slice(batch), mesh),
-                               encoder)
+      state, loss = train_step(state, batch, encoder)
       pending.append(loss)
       done = i + 1
       stop = preemption.requested()

@@ -199,11 +199,9 @@ def metric_score(task, labels: np.ndarray, pred: np.ndarray, metric: str | None 
   """The metric on the full data through the bootstrap's code path (weights 1)."""
   metric = _metric(task, metric)
   stats = example_stats(task, labels, pred, metric)
-  if stats is None:
-    x, y = np.asarray(pred, np.float64)[None], np.asarray(labels, np.float64)[None]
-    if metric == "spearman":
-      x, y = scipy.stats.rankdata(x, axis=1), scipy.stats.rankdata(y, axis=1)
-    return float(_rowwise_pearson(x, y)[0])
+  if stats is None:  # Correlations: the pipeline's own scorer, to the last bit.
+    return float(metrics.classification_scores(
+        [metric], np.asarray(pred, np.float64), np.asarray(labels, np.float64))[metric])
   return float(aggregate(task, stats.sum(0), metric))
 
 

@@ -132,12 +132,31 @@ class SelfAttention(nn.Module):
     self.attn_dropout = nn.Dropout(c.attention_dropout)
     self.pos_dropout = nn.Dropout(c.hidden_dropout)
 
+  def _qkv(self, x: Array) -> tuple[Array, Array, Array]:
+    """Queries, keys and values of every head from one matmul (`[B, L, H, d]` each).
+
+    One [D, 3 H d] product uses the CPU GEMM better than three [D, H d] ones
+    (benchmarks/RESULTS.md) and gives the same numbers.
+    """
+    c, dt = self.config, compute_dtype(self.config)
+    h, d = c.num_heads, c.dim_per_head
+    params = [m.variables["params"] for m in (self.query, self.key, self.value)]
+    kernel = jnp.concatenate([p["kernel"] for p in params], axis=1)
+    bias = jnp.concatenate([p.get("bias", jnp.zeros((h, d), kernel.dtype)) for p in params])
+    y = jnp.einsum("...d,dhk->...hk", _cast(x, dt), _cast(kernel, dt)) + _cast(bias, dt)
+    return y[:, :, :h], y[:, :, h:2 * h], y[:, :, 2 * h:]
+
   def _dynamic_probs(self, x: Array, mask: Array, rel_embeddings: Array | None,
-                     heads: tuple[int, ...]) -> Array:
-    """Softmax attention `[B, len(heads), L, L]` computed for `heads` only."""
+                     qk: tuple[Array, Array] | None, heads: tuple[int, ...]) -> Array:
+    """Softmax attention `[B, len(heads), L, L]` computed for `heads` only.
+
+    `qk`: every head's queries and keys when already computed (`_qkv`).
+    """
     c = self.config
-    q = self.query(x, heads)
-    k = self.key(x, heads)
+    if qk is not None and heads == tuple(range(c.num_heads)):
+      q, k = qk
+    else:
+      q, k = self.query(x, heads), self.key(x, heads)
     if c.attention == "dot":
       scores = jnp.einsum("bqhd,bkhd->bhqk", q, k) * (c.dim_per_head**-0.5)
       return attn.softmax_with_key_mask(_widen(scores), mask)
@@ -173,13 +192,18 @@ class SelfAttention(nn.Module):
     c = self.config
     if rel_embeddings is not None:  # DeBERTa's per-layer pos_dropout.
       rel_embeddings = self.pos_dropout(rel_embeddings, deterministic=deterministic)
-    v = self.value(x)  # [B, L, H, d]: contexts stay in this layout (no transposes).
+    qk = None
+    if (override is None or not override.static) and not self.is_initializing():
+      q, k, v = self._qkv(x)  # Every head is dynamic: one matmul.
+      qk = (q, k)
+    else:
+      v = self.value(x)  # [B, L, H, d]: contexts stay in this layout (no transposes).
     dropout = None
     if not (deterministic or c.attention_dropout == 0.0):
       dropout = functools.partial(self.attn_dropout, deterministic=False)
     fused = functools.partial(self._fused_context, x, mask) if c.attention == "dot" else None
     context, probs = attn.attend(
-        override, functools.partial(self._dynamic_probs, x, mask, rel_embeddings), v, mask,
+        override, functools.partial(self._dynamic_probs, x, mask, rel_embeddings, qk), v, mask,
         capture=capture, dropout=dropout, fused_context=fused)
     dt = compute_dtype(c)
     out = jnp.einsum("bqhd,hde->bqe", _cast(context, dt), _cast(self.out_kernel, dt))
