@@ -1,6 +1,7 @@
 """An experiment suite: PAPA on a grid of models x tasks, with seeds and the report.
 
-  python launch/main.py --config=configs/suite.py:models=minilm+minilm_sre,tasks=sst2+cola+mrpc+ner+pos \
+  python launch/main.py \
+      --config=configs/suite.py:models=minilm+minilm_sre,tasks=sst2+cola+mrpc+ner+pos \
       --workdir=workdirs/suite
   python launch/main.py --config=configs/suite.py:... --workdir=workdirs/suite --config.stage=report
 

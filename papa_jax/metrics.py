@@ -96,7 +96,8 @@ def entity_scores(pred: Sequence[Sequence[str]], label: Sequence[Sequence[str]])
   f1 = 2 * prec * rec / (prec + rec) if prec + rec else 0.0
   flat_p = [x for s in pred for x in s]
   flat_t = [x for s in label for x in s]
-  return dict(precision=prec, recall=rec, f1=f1, accuracy=accuracy(np.array(flat_p), np.array(flat_t)))
+  return dict(precision=prec, recall=rec, f1=f1,
+              accuracy=accuracy(np.array(flat_p), np.array(flat_t)))
 
 
 def classification_scores(metrics: Sequence[str], pred, label) -> dict:

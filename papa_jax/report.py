@@ -1,7 +1,8 @@
 """The PAPA report over models and tasks, with honest uncertainty.
 
 `write_report(experiments, out_dir)` writes `report.md`, `report.json`,
-`report.csv` and PNG figures (`papa_jax/report_figures.py`). Every score is
+`report.csv` (rendered by `papa_jax/report_markdown.py`) and PNG figures
+(`papa_jax/report_figures.py`). Every score is
 recomputed from the saved dev predictions with the task's own metric
 (`papa_jax.uncertainty`); conditions that have only logged scores get a mean
 ± std and no interval. Intervals: paired bootstrap over dev examples and
@@ -26,7 +27,8 @@ from typing import Sequence
 
 import numpy as np
 
-from papa_jax import uncertainty
+from papa_jax import uncertainty, workdir
+from papa_jax.report_markdown import csv_rows, jsonable, markdown
 from papa_jax.data.tasks import Task
 from papa_jax.papa.schedule import PAPER_FRACTIONS
 
@@ -293,128 +295,6 @@ def analyse(experiments: Sequence[Experiment], *, n_boot: int = 1000, seed: int 
       warnings=[w for r in results for w in r["warnings"]])
 
 
-def _jsonable(x):
-  if isinstance(x, dict):
-    return {str(k): _jsonable(v) for k, v in x.items()}
-  if isinstance(x, (list, tuple)):
-    return [_jsonable(v) for v in x]
-  if isinstance(x, (np.floating, float)):
-    return float(x) if math.isfinite(x) else None
-  if isinstance(x, np.integer):
-    return int(x)
-  if isinstance(x, np.bool_):
-    return bool(x)
-  return x
-
-
-def _num(v, pct: bool = False) -> str:
-  if v is None or (isinstance(v, float) and not math.isfinite(v)):
-    return "–"
-  return f"{100 * v:.2f}%" if pct else f"{v:.4f}"
-
-
-def _score(c: dict | None) -> str:
-  return "–" if c is None else f"{_num(c['mean'])} ± {_num(c['std'])}"
-
-
-def _drop(c: dict | None) -> str:
-  if c is None or "relative_drop" not in c:
-    return "–"
-  if not math.isfinite(c["relative_drop"]):
-    return "undefined (baseline <= 0)"
-  ci = c.get("relative_drop_ci")
-  text = _num(c["relative_drop"], pct=True)
-  if ci is not None:
-    text += f" [{_num(ci[0], True)}, {_num(ci[1], True)}]"
-  return text + (" (within noise)" if c.get("within_noise") else "")
-
-
-def markdown(report: dict, figures: dict[str, str] | None = None) -> str:
-  """`report.md`: the tables, how to read them, and their limits."""
-  st = report["settings"]
-  lv = f"{100 * st['level']:.0f}%"
-  exps = report["experiments"]
-  lines = [
-      "# PAPA report: constant attention vs input-dependent attention", "",
-      "Each probe is trained on a frozen encoder whose first k heads in the learned order "
-      "use a constant attention matrix (their mean over training data); the baseline "
-      "(0 heads constant) uses input-dependent attention.", "",
-      "**Columns.** *baseline*, *all heads*, *half heads*: the task's headline metric on the "
-      "dev set, mean ± sample std over probe seeds (\"± –\": one seed, no spread). "
-      f"*relative drop*: (baseline − score) / baseline from the seed means, with its {lv} "
-      "interval in brackets; \"(within noise)\" marks an interval that contains 0: such a "
-      "drop is not a finding. *N*: dev examples (sentences for tagging). \"–\": not run.", "",
-      f"**Intervals.** {st['resampling']}; B = {st['n_boot']} replicates, {st['method']} "
-      f"{lv} intervals, RNG seed {st['seed']} (per-task seeds in report.json).", "",
-      "| model | task | metric | N | train examples | seeds |", "|---|---|---|---|---|---|"]
-  for r in exps:
-    lines.append(f"| {r['model']} | {r['task']} | {r['metric']} | {r['n_examples'] or '–'} | "
-                 f"{r['train_examples'] or '–'} | {', '.join(map(str, r['seeds'])) or '–'} |")
-  lines += ["", "## The paper's reference claims", "",
-            "What Hassid et al. (Findings of EMNLP 2022) report, to compare the tables with "
-            "(no verdict is implied here):", ""] + [f"- {c}" for c in report["paper_claims"]]
-  lines += ["", "## Baseline, all heads and half heads constant", "",
-            "| model | task | constant attention | baseline | all heads | relative drop "
-            f"[{lv}] | half heads | relative drop [{lv}] |", "|---|---|---|---|---|---|---|---|"]
-  for r in exps:
-    for s in r["summary"]:
-      lines.append(f"| {r['model']} | {r['task']} | {s['variant']} | {_score(r['baseline'])} | "
-                   f"{_score(s['all'])} | {_drop(s['all'])} | {_score(s['half'])} | "
-                   f"{_drop(s['half'])} |")
-  fracs = {c["fraction_label"]: c["fraction"] for r in exps for c in r["conditions"]}
-  labels = sorted(fracs, key=fracs.get)
-  lines += ["", "## Score at each fraction of constant heads (mean ± std over seeds)", "",
-            "| model | task | constant attention | " + " | ".join(labels) + " |",
-            "|---|---|---|" + "---|" * len(labels)]
-  for r in exps:
-    for s in r["summary"]:
-      by = {c["fraction_label"]: c for c in r["conditions"] if c["variant"] == s["variant"]}
-      by.setdefault("0", r["baseline"])
-      lines.append(f"| {r['model']} | {r['task']} | {s['variant']} | "
-                   + " | ".join(_score(by.get(lb)) for lb in labels) + " |")
-  lines += ["", "## Average relative drop per model", "",
-            "Averaged over the model's tasks; the interval averages the per-replicate drops "
-            "over tasks (tasks resampled independently).", "",
-            f"| model | constant attention | heads | tasks | mean relative drop [{lv}] |",
-            "|---|---|---|---|---|"]
-  for a in report["model_averages"]:
-    ci = "" if a["ci"] is None else f" [{_num(a['ci'][0], True)}, {_num(a['ci'][1], True)}]"
-    lines.append(f"| {a['model']} | {a['variant']} | {a['heads']} | {len(a['tasks'])} | "
-                 f"{_num(a['mean_relative_drop'], True)}{ci}"
-                 f"{' (within noise)' if a['within_noise'] else ''} |")
-  lines += ["", "## Do better models lose more?", "",
-            "Baseline score against relative drop (all heads constant), across (model, task) "
-            "pairs:", "", "| constant attention | n | Pearson r (p) | Spearman r (p) | note |",
-            "|---|---|---|---|---|"]
-  for v, c in report["correlation"].items():
-    fmt = lambda r, p: "–" if not math.isfinite(r) else f"{r:.2f} ({p:.2g})"
-    lines.append(f"| {v} | {c['n']} | {fmt(c['pearson_r'], c['pearson_p'])} | "
-                 f"{fmt(c['spearman_r'], c['spearman_p'])} | {c['note'] or ''} |")
-  lines += ["", "## What these numbers do not show", ""] + [f"- {c}" for c in report["caveats"]]
-  if report["warnings"]:
-    lines += ["", "## Warnings", ""] + [f"- {w}" for w in report["warnings"]]
-  if figures:
-    lines += ["", "## Figures", ""] + [f"![{k}]({os.path.basename(p)})"
-                                       for k, p in figures.items()]
-  return "\n".join(lines) + "\n"
-
-
-def _csv_rows(report: dict) -> list[dict]:
-  rows = []
-  for r in report["experiments"]:
-    for c in r["conditions"]:
-      ci, sci = c.get("relative_drop_ci") or (None, None), c["score_ci"] or (None, None)
-      rows.append(dict(model=r["model"], task=r["task"], metric=r["metric"],
-                       variant=c["variant"], static_heads=c["static_heads"],
-                       total_heads=r["total_heads"], fraction=c["fraction"], mean=c["mean"],
-                       std=c["std"], n_seeds=c["n"], score_ci_lo=sci[0], score_ci_hi=sci[1],
-                       relative_drop=c.get("relative_drop"), relative_drop_ci_lo=ci[0],
-                       relative_drop_ci_hi=ci[1], within_noise=c.get("within_noise"),
-                       source=c["source"]))
-  return [{k: "" if v is None or (isinstance(v, float) and not math.isfinite(v)) else v
-           for k, v in row.items()} for row in rows]
-
-
 def _slug(*parts: str) -> str:
   return "_".join(re.sub(r"[^A-Za-z0-9.-]+", "-", p).strip("-") for p in parts)
 
@@ -445,12 +325,12 @@ def write_report(experiments: Sequence[Experiment], out_dir: str, *, n_boot: int
       figures[f"gates/{e.model}/{e.task.name}"] = p = os.path.join(out_dir, f"gates_{slug}.png")
       report_figures.gate_map(e.gates, e.ranking, ks, e.total_heads, p,
                               f"{e.model} / {e.task.name}")
-  with open(paths["json"], "w") as f:
-    json.dump(_jsonable(report), f, indent=1)
-  with open(paths["csv"], "w", newline="") as f:
+  with workdir.atomic_write(paths["json"]) as f:
+    json.dump(jsonable(report), f, indent=1)
+  with workdir.atomic_write(paths["csv"], newline="") as f:
     w = csv.DictWriter(f, fieldnames=CSV_FIELDS)
     w.writeheader()
-    w.writerows(_csv_rows(report))
-  with open(paths["md"], "w") as f:
+    w.writerows(csv_rows(report))
+  with workdir.atomic_write(paths["md"]) as f:
     f.write(markdown(report, figures))
   return dict(paths, **figures)

@@ -97,8 +97,8 @@ def markdown(rows: Sequence[dict]) -> str:
         s["model"], s["task"], s["variant"], s["metric"], _fmt(s["baseline"], s["baseline_std"]),
         _fmt(s["papa"], s["papa_std"]), _fmt(s["relative_drop"], pct=True),
         _fmt(s["half_heads"], s["half_heads_std"]), f"{s['seconds']:.0f}"]) + " |")
-  lines += ["", "| variant | static heads | fraction | score | best epoch score | seeds | seconds |",
-            "|---|---|---|---|---|---|---|"]
+  lines += ["", "| variant | static heads | fraction | score | best epoch score | seeds "
+            "| seconds |", "|---|---|---|---|---|---|---|"]
   runs = by_run(rows)
   for key in sorted(runs, key=lambda k: (k[2] != "raw", k[2], k[3])):
     r = runs[key]
@@ -109,7 +109,8 @@ def markdown(rows: Sequence[dict]) -> str:
 
 
 def plot(rows: Sequence[dict], path: str, title: str) -> None:
-  from papa_jax.analysis.figures import pyplot, save_figure  # pylint: disable=import-outside-toplevel
+  # pylint: disable-next=import-outside-toplevel
+  from papa_jax.analysis.figures import pyplot, save_figure
   plt = pyplot()
   runs = by_run(rows)
   fig, ax = plt.subplots(figsize=(5.5, 3.8), dpi=120)

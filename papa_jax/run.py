@@ -184,13 +184,13 @@ def stage_means(s: Setup) -> None:
 
 # Stages: sort and probe.
 
-def _probe_module(s: Setup) -> probes.nn.Module:
+def probe_module(s: Setup) -> probes.nn.Module:
   mc, p = s.model.config, s.config.probe
   rate = p.probe_dropout if p.probe_dropout >= 0 else mc.probe_dropout
   return probes.make_probe(s.task.kind, s.task.num_labels, mc.hidden_size, rate)
 
 
-def _fit_config(s: Setup, epochs: int, seed: int, run_dir: str, fingerprint: str
+def fit_config(s: Setup, epochs: int, seed: int, run_dir: str, fingerprint: str
                 ) -> train.FitConfig:
   c = s.config
   return train.FitConfig(epochs=epochs, batch_size=c.probe.batch_size,
@@ -201,7 +201,7 @@ def _fit_config(s: Setup, epochs: int, seed: int, run_dir: str, fingerprint: str
                          checkpoint_every_steps=c.run.checkpoint_every_steps)
 
 
-def _score_fn(s: Setup):
+def score_fn(s: Setup):
   labels = s.eval_data.labels
   return lambda logits: metrics.task_scores(s.task, logits, labels)
 
@@ -233,10 +233,10 @@ def stage_sort(s: Setup) -> None:
                                                 cfg.data.subsample_seed + 1))
   t0 = time.perf_counter()
   state, history, _ = train.fit(
-      "sort", _probe_module(s), encoder,
+      "sort", probe_module(s), encoder,
       train.make_optimizer(cfg.probe, gate_learning_rate=cfg.sort.gate_learning_rate),
-      _fit_config(s, cfg.sort.epochs, cfg.sort.seed, s.path("sort"), fingerprint),
-      data, s.eval_data, _score_fn(s), s.mesh)
+      fit_config(s, cfg.sort.epochs, cfg.sort.seed, s.path("sort"), fingerprint),
+      data, s.eval_data, score_fn(s), s.mesh)
   lambdas = np.asarray(jax.device_get(state.params["gates"]))
   if parallel.is_main_process():
     schedule.save_ranking(s.path("sort"), lambdas)
@@ -289,9 +289,9 @@ def _probe_runs(s: Setup, variant: str, k: int, ranking) -> list[dict]:
   for seed, run_dir, fp in todo:
     t0 = time.perf_counter()
     _, history, logits = train.fit(
-        f"probe {variant} k={k} seed={seed}", _probe_module(s), encoder,
-        train.make_optimizer(cfg.probe), _fit_config(s, cfg.probe.epochs, seed, run_dir, fp),
-        train_data, eval_data, _score_fn(s), s.mesh)
+        f"probe {variant} k={k} seed={seed}", probe_module(s), encoder,
+        train.make_optimizer(cfg.probe), fit_config(s, cfg.probe.epochs, seed, run_dir, fp),
+        train_data, eval_data, score_fn(s), s.mesh)
     metric = s.task.headline_metric
     row = dict(model=cfg.model.name, task=s.task.name, variant=variant, static_heads=k,
                total_heads=mc.total_heads, fraction=k / mc.total_heads, seed=seed,
@@ -348,7 +348,8 @@ def stage_probe(s: Setup) -> list[dict]:
 
 def _analysis(name: str):
   def stage(s: Setup):
-    from papa_jax.analysis import stage as effective_stage  # pylint: disable=import-outside-toplevel
+    # pylint: disable-next=import-outside-toplevel
+    from papa_jax.analysis import stage as effective_stage
     from papa_jax.analysis import stages  # pylint: disable=import-outside-toplevel
     return {"effective": effective_stage.run, "finetune": stages.run_finetune,
             "linguistic": stages.run_linguistic, "ablation": stages.run_ablation}[name](s)

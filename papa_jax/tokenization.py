@@ -102,8 +102,10 @@ def check_unknown_rate(tok, input_ids, attention_mask, what: str) -> float:
   return rate
 
 
-PROBE_TEXTS = ("The quick brown fox jumps over the lazy dog.", "Ünïcödé ÀÉÎ naïve café, 2.5%!",
-               "un-believable isn't it?  Tabs\tand  spaces", "数据 données Daten δεδομένα")
+PROBE_TEXTS = ("The quick brown fox jumps over the lazy dog.",
+               "Ünïcödé ÀÉÎ naïve café, 2.5%!",
+               "un-believable isn't it?  Tabs\tand  spaces",
+               "数据 données Daten δεδομένα")
 
 
 def tokenization_difference(tok_a, tok_b) -> str | None:

@@ -125,11 +125,11 @@ def _probe_for_ablation(setup):
   seed = setup.seeds[0]
   fp = _run_key(setup, "ablation-probe", seed=seed, probe=config_schema.result_config(
       c, ("probe",)))
-  probe = run_lib._probe_module(setup)  # pylint: disable=protected-access
-  cfg = run_lib._fit_config(setup, c.probe.epochs, seed, setup.path("ablation", "probe"), fp)  # pylint: disable=protected-access
+  probe = run_lib.probe_module(setup)
+  cfg = run_lib.fit_config(setup, c.probe.epochs, seed, setup.path("ablation", "probe"), fp)
   state, history, logits = train.fit("ablation probe", probe, encoder,
                                      train.make_optimizer(c.probe), cfg, tr, ev,
-                                     run_lib._score_fn(setup), setup.mesh)  # pylint: disable=protected-access
+                                     run_lib.score_fn(setup), setup.mesh)
   return probe, state.params["probe"], ev.features, history, logits
 
 

@@ -9,8 +9,9 @@ For each example, layer and head, averaged over the example's real query rows:
   * over the example's real block: Pearson correlation of A and A_eff, the
     relative null norm ||A - A_eff||_F / ||A||_F, and the numerical rank.
 Every statistic is summed over examples per device and reduced with one psum
-(`parallel.sharded_sum`, like the attention means) twice: over all examples and over the "long" examples whose
-real length exceeds the head dimension (the only ones where A_eff != A).
+(`parallel.sharded_sum`, like the attention means) twice: over all examples
+and over the "long" examples whose real length exceeds the head dimension
+(the only ones where A_eff != A).
 """
 
 from __future__ import annotations
