@@ -12,6 +12,7 @@ from absl import logging
 from jax.flatten_util import ravel_pytree
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
+from papa_jax import preemption
 from papa_jax.data import pipeline
 from papa_jax.progress import Progress
 
@@ -131,6 +132,10 @@ def map_batches(fn: Callable[[dict], Any], data, *, batch_size: int, mesh: Mesh,
     desc: progress label ('' for no progress lines).
     every: log progress every `every` steps.
 
+  On a preemption request (SIGTERM), a consumer that checkpoints checks
+  `preemption.requested()` after each item and stops itself; for the others
+  this raises `preemption.Preempted` before the next batch is dispatched.
+
   Yields:
     `(step, outputs as numpy, valid)`, `valid` marking the real rows of the
     global batch.
@@ -142,6 +147,9 @@ def map_batches(fn: Callable[[dict], Any], data, *, batch_size: int, mesh: Mesh,
   prog = Progress(desc, total, every=every, start=min(start * batch_size, total)) if desc else None
   pending = None
   for step, batch in enumerate(pipeline.batches(data, batch_size, start=start), start=start):
+    if preemption.requested():
+      raise preemption.Preempted(f"{desc or 'pass'}: stopped before batch {step} (rerun to "
+                                 "resume from this pass's last checkpoint).")
     out = fn(put_batch(pipeline.host_slice(batch), mesh))
     jax.tree.map(lambda x: x.copy_to_host_async(), out)
     if pending is not None:
