@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import textwrap
 
 import numpy as np
 
@@ -40,7 +41,9 @@ def save_figure(fig, path: str) -> None:
 
 
 def _save(fig, path: str, title: str) -> None:
-  fig.suptitle(title, fontsize=9)
+  """A title wrapped to the figure's width (about 7 characters per inch at 9 pt)."""
+  width = max(30, int(fig.get_figwidth() * 13))
+  fig.suptitle("\n".join(textwrap.wrap(title, width)), fontsize=9)
   save_figure(fig, path)
 
 

@@ -113,14 +113,15 @@ def run_linguistic(setup) -> dict:
 
 
 def _probe_for_ablation(setup):
-  """The baseline probe on the unmodified encoder, and float32 dev hidden states."""
+  """The baseline probe on the unmodified encoder, and float32 hidden states of the
+  analysis split (`effective.split`, `effective.max_examples`: a seeded subset)."""
   c, mc = setup.config, setup.model.config
   encoder = train.FrozenEncoder(setup.model.params, None, mc, feature_dtype="float32")
-  n = len(setup.train_data) + len(setup.eval_data)
+  n = len(setup.train_data) + len(setup.effective_data)
   features.check_budget(features.cache_bytes(n, mc.num_hidden_states, setup.L, mc.hidden_size,
                                              "float32"), c.run.cache_max_gb, f"{n} examples")
   tr, ev = (features.compute(encoder, d, setup.mesh, c.run.batch_size, desc=f"features {s}")
-            for d, s in ((setup.train_data, "train"), (setup.eval_data, "eval")))
+            for d, s in ((setup.train_data, "train"), (setup.effective_data, "eval")))
   from papa_jax import run as run_lib  # pylint: disable=import-outside-toplevel
   seed = setup.seeds[0]
   fp = _run_key(setup, "ablation-probe", seed=seed, probe=config_schema.result_config(
@@ -138,7 +139,7 @@ def run_ablation(setup) -> dict:
   c, mc, task = setup.config, setup.model.config, setup.task
   kinds = tuple(c.effective.ablations)
   probe, probe_params, hidden, history, base_logits = _probe_for_ablation(setup)
-  labels, metric = setup.eval_data.labels, task.headline_metric
+  labels, metric = setup.effective_data.labels, task.headline_metric
   baseline = metrics.task_scores(task, base_logits, labels)[metric]
   constants = (jnp.asarray(setup.load_means("raw").avgs) if "constant" in kinds else None)
   frozen = parallel.put_replicated((setup.model.params, probe_params, jnp.asarray(hidden),
@@ -155,7 +156,7 @@ def run_ablation(setup) -> dict:
           if str(z["key"]) == key:
             scores[layer] = z["scores"]
             continue
-      logits = ablation.ablate_layer(mc, probe, kind, layer, frozen, setup.eval_data,
+      logits = ablation.ablate_layer(mc, probe, kind, layer, frozen, setup.effective_data,
                                      setup.mesh, c.run.batch_size,
                                      desc=f"ablation {kind} layer {layer}")
       scores[layer] = [metrics.task_scores(task, lg, labels)[metric] for lg in logits]
@@ -163,7 +164,7 @@ def run_ablation(setup) -> dict:
         with workdir.atomic_write(path, "wb") as f:
           np.savez(f, scores=scores[layer], key=np.asarray(key))
     maps[f"change_{kind}"] = scores - baseline
-  summary = dict(model=c.model.name, task=task.name, split=task.eval_split, metric=metric,
+  summary = dict(model=c.model.name, task=task.name, split=c.effective.split, metric=metric,
                  baseline=baseline, eval_examples=len(labels),
                  train_examples=len(setup.train_data), probe_history=history,
                  **{f"mean_change_{k}": float(maps[f"change_{k}"].mean()) for k in kinds},
