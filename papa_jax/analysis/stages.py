@@ -127,7 +127,8 @@ def _probe_for_ablation(setup):
   fp = _run_key(setup, "ablation-probe", seed=seed, probe=config_schema.result_config(
       c, ("probe",)))
   probe = run_lib.probe_module(setup)
-  cfg = run_lib.fit_config(setup, c.probe.epochs, seed, setup.path("ablation", "probe"), fp)
+  cfg = run_lib.fit_config(setup, c.probe.epochs, seed,
+                           setup.path("ablation", f"probe_{fp[:12]}"), fp)  # One per config.
   state, history, logits = train.fit("ablation probe", probe, encoder,
                                      train.make_optimizer(c.probe), cfg, tr, ev,
                                      run_lib.score_fn(setup), setup.mesh)
