@@ -201,8 +201,9 @@ def fit_config(s: Setup, epochs: int, seed: int, run_dir: str, fingerprint: str
                          checkpoint_every_steps=c.run.checkpoint_every_steps)
 
 
-def score_fn(s: Setup):
-  labels = s.eval_data.labels
+def score_fn(s: Setup, data: data_lib.Encoded | None = None):
+  """Scores logits of `data` (default: the eval split) with the task's metrics."""
+  labels = (s.eval_data if data is None else data).labels
   return lambda logits: metrics.task_scores(s.task, logits, labels)
 
 

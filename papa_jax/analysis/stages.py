@@ -131,7 +131,7 @@ def _probe_for_ablation(setup):
                            setup.path("ablation", f"probe_{fp[:12]}"), fp)  # One per config.
   state, history, logits = train.fit("ablation probe", probe, encoder,
                                      train.make_optimizer(c.probe), cfg, tr, ev,
-                                     run_lib.score_fn(setup), setup.mesh)
+                                     run_lib.score_fn(setup, setup.effective_data), setup.mesh)
   return probe, state.params["probe"], ev.features, history, logits
 
 

@@ -180,8 +180,9 @@ def test_analysis_stages_end_to_end(tmp_path, minilm):
   c = tiny_config(tmp_path, stage="ablation", **fast, **{
       "effective.ablations": ("uniform", "effective"), "probe.epochs": 1,
       "data.max_train_examples": 32, "data.max_eval_examples": 16})
+  c.effective.max_examples = 12  # The analysis subset, not the PAPA eval split.
   s = run.run(c, str(tmp_path / "abl"))
-  assert s["eval_examples"] == 16 and s["max_abs_change_effective"] <= 1 / 16 + 1e-9
+  assert s["eval_examples"] == 12 and s["max_abs_change_effective"] <= 1 / 12 + 1e-9
   change = np.asarray(json.load(open(tmp_path / "abl" / "ablation" / "stats.json"))[
       "change_uniform"])
   assert change.shape == (6, 12)
