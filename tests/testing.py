@@ -6,6 +6,7 @@ import ml_collections
 import pytest
 
 from papa_jax import shared
+from papa_jax.data import preprocess, readers, tasks
 
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 
@@ -90,3 +91,12 @@ def np_bert_layer(x, probs, p, eps):
   f = h @ p["intermediate"]["kernel"] + p["intermediate"]["bias"]
   f = (0.5 * f * (1 + erf(f / np.sqrt(2)))) @ p["output"]["kernel"] + p["output"]["bias"]
   return np_layer_norm(h + f, p["output_norm"], eps)
+
+
+def sst2_dev_sample(tokenizer, sst2_dir, longest: int, first: int, max_length: int = 64):
+  """SST-2 dev: its `longest` longest sentences, then its `first` first ones, encoded
+  without the PAPA layout (long inputs are where effective attention differs)."""
+  task = tasks.get_task("sst2")
+  dev = list(readers.read_split(task, str(sst2_dir), "validation"))
+  recs = sorted(dev, key=lambda r: -len(r["text_a"]))[:longest] + dev[:first]
+  return preprocess.encode(task, recs, tokenizer, max_length, papa_layout=False)

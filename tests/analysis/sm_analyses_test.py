@@ -10,18 +10,14 @@ import pytest
 import papa_jax as pj
 from papa_jax import convert, parallel, probes, run
 from papa_jax.analysis import ablation, finetune, linguistic
-from papa_jax.data import preprocess, readers, tasks
+from papa_jax.data import preprocess, tasks
 from tests import testing
 from tests.testing import require_shared, tiny_config
 
 
 @pytest.fixture(scope="module")
 def dev(minilm_tokenizer, sst2_dir):
-  task = tasks.get_task("sst2")
-  recs = sorted(readers.read_split(task, str(sst2_dir), "validation"),
-                key=lambda r: -len(r["text_a"]))[:4]
-  recs += list(readers.read_split(task, str(sst2_dir), "validation"))[:4]
-  return preprocess.encode(task, recs, minilm_tokenizer, 64, papa_layout=False)
+  return testing.sst2_dev_sample(minilm_tokenizer, sst2_dir, longest=4, first=4)
 
 
 def _batch(data):

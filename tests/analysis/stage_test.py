@@ -9,18 +9,14 @@ import pytest
 
 from papa_jax import parallel, run
 from papa_jax.analysis import stats
-from papa_jax.data import pipeline, preprocess, readers, tasks
-from tests.testing import require_shared
+from papa_jax.data import pipeline
+from tests.testing import require_shared, sst2_dev_sample
 from tests.testing import tiny_config
 
 
 @pytest.fixture(scope="module")
 def long_batch(minilm_tokenizer, sst2_dir):
-  task = tasks.get_task("sst2")
-  recs = sorted(readers.read_split(task, str(sst2_dir), "validation"),
-                key=lambda r: -len(r["text_a"]))[:5]
-  recs += list(readers.read_split(task, str(sst2_dir), "validation"))[:6]
-  enc = preprocess.encode(task, recs, minilm_tokenizer, 64, papa_layout=False)
+  enc = sst2_dev_sample(minilm_tokenizer, sst2_dir, longest=5, first=6)
   cats = stats.category_ids(enc.input_ids, enc.attention_mask, minilm_tokenizer)
   return dict(enc.arrays(), categories=cats)
 
