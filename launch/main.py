@@ -17,6 +17,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from absl import app, flags, logging  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
+from papa_jax import cpu_tuning  # noqa: E402  (imports JAX; creates no backend)
+
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file.",
                                           lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for outputs and checkpoints.")
@@ -36,6 +38,10 @@ def main(argv):
   parallel.maybe_initialize_distributed(config)
   logging.info("JAX %s on %s: process %d/%d, %d devices.", jax.__version__, jax.default_backend(),
                jax.process_index(), jax.process_count(), jax.device_count())
+  cpu = cpu_tuning.cpu_info()
+  logging.info("CPU %s (%s); XLA_FLAGS=%r%s.", cpu["model"], cpu["kind"],
+               os.environ.get("XLA_FLAGS", ""),
+               f", measured for this CPU kind: {_CPU_FLAGS}" if _CPU_FLAGS else "")
   logging.info("Config:\n%s", config)
   try:
     run.run(config, _WORKDIR.value)
@@ -44,7 +50,10 @@ def main(argv):
     sys.exit(preemption.EXIT_CODE)
 
 
+_CPU_FLAGS: list[str] = []
+
 if __name__ == "__main__":
+  _CPU_FLAGS = cpu_tuning.apply()  # Before JAX creates its CPU backend.
   import jax  # noqa: E402  pylint: disable=g-import-not-at-top
   jax.config.config_with_absl()
   logging.set_verbosity(logging.INFO)

@@ -23,11 +23,11 @@ VECTOR_FLAGS = ("avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf1
                 "amx_tile")
 
 
-def cpu_info() -> dict:
+def cpu_info(path: str = "/proc/cpuinfo") -> dict:
   """`{"model", "flags" (the vector extensions present), "kind"}` from /proc/cpuinfo."""
   model, flags = "unknown", set()
   try:
-    with open("/proc/cpuinfo") as f:
+    with open(path) as f:
       for line in f:
         key, _, value = line.partition(":")
         key = key.strip()

@@ -228,8 +228,10 @@ def git_revision() -> str | None:
 
 
 def provenance() -> dict[str, Any]:
-  """Versions, git revision and JAX topology, saved with every result."""
+  """Versions, git revision, JAX topology, CPU and XLA flags, saved with every result."""
   import jax  # pylint: disable=import-outside-toplevel
+  from papa_jax import cpu_tuning  # pylint: disable=import-outside-toplevel
   return dict(versions=package_versions(), git_revision=git_revision(),
               backend=jax.default_backend(), devices=jax.device_count(),
-              processes=jax.process_count(), xla_flags=os.environ.get("XLA_FLAGS", ""))
+              processes=jax.process_count(), cpu=cpu_tuning.cpu_info(),
+              xla_flags=os.environ.get("XLA_FLAGS", ""))

@@ -97,6 +97,8 @@ def test_determinism_same_config_twice_gives_identical_results(reference):
   assert res["seeds"] == [42] and res["config"]["papa"]["seeds"] == [42]
   assert "jax" in res["versions"] and "flax" in res["versions"]
   assert "git_revision" in res
+  assert res["cpu"]["kind"] in ("avx2", "avx512", "avx512_bf16", "other") and res["cpu"]["model"]
+  assert res["xla_flags"].startswith("--xla_force_host_platform_device_count=1")
 
 
 def test_resume_after_sigkill_in_means_and_in_training(reference):
