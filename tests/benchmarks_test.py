@@ -1,7 +1,9 @@
-"""The accelerator benchmark runs at CPU size (so it cannot rot) and counts FLOPs right."""
+"""Benchmark scripts: the accelerator benchmark runs at CPU size (so it cannot rot) and counts
+FLOPs right; the workdir comparison's difference, interval and changed predictions."""
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
 import papa_jax as pj
@@ -38,3 +40,36 @@ def test_accelerator_benchmark_small_runs_every_loop_against_hf(tmp_path, capsys
   out = capsys.readouterr().out
   assert "Machine:" in out and "| forward |" in out
   assert (tmp_path / "r.jsonl").read_text().count("\n") == 1
+
+
+def test_compare_workdirs_difference_interval_and_changed_predictions():
+  from benchmarks import compare_workdirs  # pylint: disable=import-outside-toplevel
+  from papa_jax import data as data_lib  # pylint: disable=import-outside-toplevel
+  from papa_jax.report import Experiment  # pylint: disable=import-outside-toplevel
+  rng = np.random.default_rng(0)
+  labels = rng.integers(0, 2, 400)
+  right = lambda p: np.where(rng.random(400) < p, labels, 1 - labels)  # noqa: E731
+  same = {s: right(0.8) for s in (42, 43)}
+  worse = {s: np.where(np.arange(400) < 80, 1 - labels, v) for s, v in same.items()}
+  task = data_lib.get_task("sst2")
+
+  def exp(preds, ranking):
+    return Experiment(model="m", task=task, total_heads=4, labels=labels,
+                      predictions={("raw", 0): preds}, scores={}, means=None, gates=None,
+                      ranking=ranking, train_examples=1, eval_examples=400)
+
+  rows = compare_workdirs.compare(exp(same, [[0, 1], [0, 0]]), exp(same, [[0, 0], [0, 1]]),
+                                  n_boot=300)
+  assert rows[0]["difference"] == 0 and rows[0]["within_noise"]
+  assert rows[0]["changed_predictions"] == [0, 0] and rows[0]["seeds"] == [42, 43]
+  rows = compare_workdirs.compare(exp(same, None), exp(worse, None), n_boot=300)
+  acc = lambda p: np.mean([np.mean(v == labels) for v in p.values()])  # noqa: E731
+  np.testing.assert_allclose(rows[0]["difference"], acc(worse) - acc(same))
+  assert rows[0]["difference_ci"][1] < 0 and not rows[0]["within_noise"]
+  assert rows[0]["changed_predictions"] == [int(np.sum(same[s][:80] == labels[:80]))
+                                           for s in (42, 43)]
+  assert "| raw | 0 | 2 |" in compare_workdirs.markdown(rows, "a", "b")
+  with pytest.raises(ValueError, match="same task"):
+    compare_workdirs.compare(exp(same, None), Experiment(
+        model="m", task=task, total_heads=4, labels=1 - labels, predictions={}, scores={},
+        means=None, gates=None, ranking=None, train_examples=1, eval_examples=400))
