@@ -46,6 +46,8 @@ def test_apply_adds_the_kinds_flags_and_keeps_the_users(monkeypatch):
   env = {}
   assert cpu_tuning.apply(env) == [FLAG, "--xla_b=1"]
   assert env["XLA_FLAGS"] == f"{FLAG} --xla_b=1"
+  env = {"PAPA_CPU_TUNING": "off"}
+  assert cpu_tuning.apply(env) == [] and "XLA_FLAGS" not in env
   monkeypatch.setitem(cpu_tuning.MEASURED, "avx2", ())
   env = {}
   assert cpu_tuning.apply(env) == [] and "XLA_FLAGS" not in env
