@@ -225,4 +225,5 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
+  common.tune_cpu()  # The launcher's XLA-CPU settings, before JAX starts.
   main()

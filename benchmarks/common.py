@@ -50,6 +50,12 @@ def interleaved(fns: dict[str, Callable[[], object]], rounds: int = 15, warmup: 
   return med, ratio
 
 
+def tune_cpu() -> list[str]:
+  """Applies `cpu_tuning`'s settings for this CPU kind, as the launcher does."""
+  from papa_jax import cpu_tuning  # pylint: disable=import-outside-toplevel
+  return cpu_tuning.apply()
+
+
 def machine() -> dict:
   """CPU model and vector flags, cores, JAX and its devices, XLA flags."""
   from papa_jax import cpu_tuning  # pylint: disable=import-outside-toplevel

@@ -34,12 +34,13 @@ def compare(ref, other, *, n_boot: int = 2000, seed: int = 0) -> list[dict]:
     res = uncertainty.paired_bootstrap(ref.task, ref.labels, a, b, n_boot=n_boot, seed=seed)
     common = sorted(set(a) & set(b))
     changed = [int(np.sum(a[s] != b[s])) for s in common]
-    diff_ci = [-res["abs_diff_ci"][1], -res["abs_diff_ci"][0]]  # OTHER - REFERENCE.
+    # OTHER - REFERENCE (+ 0.0 turns -0.0 into 0.0).
+    diff_ci = [-res["abs_diff_ci"][1] + 0.0, -res["abs_diff_ci"][0] + 0.0]
     rows.append(dict(
         variant=key[0], static_heads=key[1], metric=res["metric"], n_examples=res["n_examples"],
         seeds=common, reference=res["baseline"], reference_std=float(np.std(res["baseline_seeds"])),
         other=res["treatment"], other_std=float(np.std(res["treatment_seeds"])),
-        difference=-res["abs_diff"], difference_ci=diff_ci,
+        difference=-res["abs_diff"] + 0.0, difference_ci=diff_ci,
         within_noise=bool(diff_ci[0] <= 0.0 <= diff_ci[1]),
         changed_predictions=changed, same_heads=_same_heads(ref, other, key[1])))
   return rows

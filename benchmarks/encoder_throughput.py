@@ -95,4 +95,5 @@ def main():
 
 
 if __name__ == "__main__":
+  common.tune_cpu()  # The launcher's XLA-CPU settings, before JAX starts.
   main()
