@@ -100,6 +100,10 @@ def load_experiment(path: str, model: str | None = None) -> report.Experiment:
   predictions: dict = {}
   scores: dict = {}
   labels = None
+  if any("seed" not in r for r in res["rows"]):
+    raise ValueError(f"{path}/results.json: rows without a 'seed' field come from papa-jax "
+                     "before per-seed results and predictions; rerun its probe stage "
+                     "(--config.stage=probe) to compare or report it.")
   for r in res["rows"]:
     key = (r["variant"], r["static_heads"])
     scores.setdefault(key, {})[r["seed"]] = r["score"]

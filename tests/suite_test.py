@@ -89,6 +89,21 @@ def test_suite_report_stage_alone_over_finished_workdirs(finished_suite, tmp_pat
   assert len(json.load(open(one["json"]))["experiments"]) == 1
 
 
+def test_load_experiment_names_a_workdir_from_before_per_seed_results(finished_suite, tmp_path):
+  path, _, _ = finished_suite
+  cell = os.path.join(path, "minilm__sst2")
+  assert suite.load_experiment(cell).predictions  # The current layout loads.
+  old = tmp_path / "old"
+  old.mkdir()
+  (old / "config.json").write_text(open(os.path.join(cell, "config.json")).read())
+  res = json.load(open(os.path.join(cell, "results.json")))
+  for r in res["rows"]:
+    del r["seed"]
+  (old / "results.json").write_text(json.dumps(res))
+  with pytest.raises(ValueError, match=r"old/results.json: rows without a 'seed'"):
+    suite.load_experiment(str(old))
+
+
 def _suite_args(path):
   return [sys.executable, os.path.join(ROOT, "launch", "main.py"),
           "--config=" + os.path.join(ROOT, "configs", "suite.py") + ":models=minilm+minilm_sre,"
