@@ -102,8 +102,8 @@ def load_experiment(path: str, model: str | None = None) -> report.Experiment:
   labels = None
   if any("seed" not in r for r in res["rows"]):
     raise ValueError(f"{path}/results.json: rows without a 'seed' field come from papa-jax "
-                     "before per-seed results and predictions; rerun its probe stage "
-                     "(--config.stage=probe) to compare or report it.")
+                     "before per-seed results and predictions; rerun the experiment with "
+                     "this version to compare or report it.")
   for r in res["rows"]:
     key = (r["variant"], r["static_heads"])
     scores.setdefault(key, {})[r["seed"]] = r["score"]
