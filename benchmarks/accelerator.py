@@ -7,7 +7,7 @@ Loops (a randomly initialised BERT-base-sized encoder; weights do not change spe
   forward  the dynamic encoder forward, every hidden state out (the fused
            `jax.nn.dot_product_attention` path where `attention.use_fused_attention()`);
   means    the attention-means step: forward with every attention map captured
-           and the masked sums (`papa.means.batch_sums_fn`);
+           and the masked sums (`papa.means.AttentionSums` on `papa_jax.runner`);
   probe    one probe training step with all heads constant (PAPA's fast path:
            no queries or keys), encoder frozen, AdamW on the probe.
 MFU = model FLOPs / time / the device's dense bf16 peak. Model FLOPs are
@@ -25,10 +25,8 @@ constant-attention shortcut).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -40,6 +38,7 @@ from ml_collections import ConfigDict  # noqa: E402
 import papa_jax as pj  # noqa: E402
 from benchmarks import common  # noqa: E402
 from papa_jax import probes, train  # noqa: E402
+from papa_jax import runner  # noqa: E402
 from papa_jax.models.encoder import init_params  # noqa: E402
 from papa_jax.papa import means  # noqa: E402
 
@@ -97,7 +96,9 @@ def jax_loops(c: pj.EncoderConfig, batch: int, length: int, repeats: int) -> dic
   enc = pj.Encoder(c)
   fwd = jax.jit(lambda p, x: enc.apply({"params": p}, x["input_ids"], x["attention_mask"],
                                        x["token_type_ids"]).hidden_states)
-  sums = jax.jit(means.batch_sums_fn(c, "raw"))
+  stat = means.AttentionSums("raw")
+  sums_fn = jax.jit(runner.device_sums(c, stat.capture, stat))
+  sums = lambda p, x: sums_fn((p,), x)
   constants = jnp.full((c.num_layers, c.num_heads, length, length), 1.0 / length)
   frozen = train.FrozenEncoder(params, pj.AttentionOverride.constant(constants), c,
                                feature_dtype="bfloat16" if c.compute_dtype == "bfloat16"

@@ -22,7 +22,8 @@ from absl import logging  # noqa: E402
 
 from benchmarks import common  # noqa: E402
 from configs import quickstart  # noqa: E402
-from papa_jax import run  # noqa: E402
+from papa_jax.papa import probe  # noqa: E402
+from papa_jax.stage import Setup  # noqa: E402
 
 
 def main():
@@ -39,10 +40,10 @@ def main():
     cfg.probe.cache_features = cache
     if args.max_train_examples > 0:
       cfg.data.max_train_examples = args.max_train_examples
-    setup = run.Setup(cfg, tempfile.mkdtemp())
+    setup = Setup(cfg, tempfile.mkdtemp(), inputs=("train", "eval"))
     _ = setup.train_data, setup.eval_data  # Tokenization is common to both; not timed.
     t = time.perf_counter()
-    row = run._probe_runs(setup, "raw", 0, None)[0]  # pylint: disable=protected-access
+    row = probe._probe_runs(setup, "raw", 0, None)[0]  # pylint: disable=protected-access
     seconds = time.perf_counter() - t
     rows.append(dict(run="cached" if cache else "uncached", seconds=seconds,
                      final_accuracy=row["score"], best_accuracy=row["best_score"],

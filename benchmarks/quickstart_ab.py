@@ -76,7 +76,7 @@ def main():
   old, new = run_commit(args.old, args.out), run_commit(args.new, args.out)
   a, b = _scores_by_run(old["scores"]), _scores_by_run(new["scores"])
   same = a.keys() == b.keys() and all(a[k] == b[k] for k in a)
-  print(f"\n| commit | wall | " + " | ".join(sorted(set(old["stages"]) | set(new["stages"])))
+  print("\n| commit | wall | " + " | ".join(sorted(set(old["stages"]) | set(new["stages"])))
         + " |")
   print("|---|---|" + "---|" * len(set(old["stages"]) | set(new["stages"])))
   for r in (old, new):

@@ -1,8 +1,9 @@
-"""Shared defaults and the paper's grid of models and tasks.
+"""Shared defaults, presets and the paper's grid of models and tasks.
 
 The defaults and the rules about which fields change results live with the
-schema in `papa_jax/config_schema.py`; this module adds the experiment
-presets. Configs take big_vision-style arguments, e.g.
+schema in `papa_jax/config_schema.py`, input lengths with the task table
+(`Task.default_max_length`); this module adds the experiment presets.
+Configs take big_vision-style arguments, e.g.
 `--config=configs/papa.py:model=roberta_large,task=mnli`.
 """
 
@@ -11,20 +12,18 @@ from __future__ import annotations
 import ml_collections
 
 from papa_jax.config_schema import get_config
-from papa_jax.suite import MODEL_KEYS
+from papa_jax.convert import MODEL_KEYS
+from papa_jax.data.tasks import get_task
 
-__all__ = ["MODELS", "TASKS", "MAX_LENGTH", "get_config", "parse_arg", "papa_config",
-           "effective_config", "model_name"]
+__all__ = ["MODELS", "TASKS", "cpu_preset", "effective_config", "get_config", "max_length",
+           "model_name", "papa_config", "parse_arg"]
 
 # The paper's models (config key -> hub id); `minilm` and `minilm_sre` are the
-# packaged real checkpoints (papa_jax.suite.MODEL_KEYS holds them all).
+# packaged real checkpoints (papa_jax.convert.MODEL_KEYS holds them all).
 PAPER_MODELS = ("bert", "bert_large", "roberta", "roberta_large", "deberta", "deberta_large")
 MODELS = {k: MODEL_KEYS[k] for k in PAPER_MODELS}
 EXTRA_MODELS = {k: v for k, v in MODEL_KEYS.items() if k not in MODELS}
 TASKS = ("cola", "sst2", "mrpc", "qnli", "mnli", "ner")
-# Single-sentence tasks fit in 64 tokens (as the paper's CoLA command);
-# pair and tagging tasks get 128, since the layout halves each segment's room.
-MAX_LENGTH = {"cola": 64, "sst2": 64}
 
 
 def parse_arg(arg: str | None, **defaults) -> ml_collections.ConfigDict:
@@ -40,8 +39,13 @@ def parse_arg(arg: str | None, **defaults) -> ml_collections.ConfigDict:
 
 
 def model_name(key: str) -> str:
-  """A key of MODELS (or 'minilm'), else the value itself (a hub id or a path)."""
+  """A key of MODEL_KEYS ('bert', 'minilm', ...), else the value itself (a hub id or a path)."""
   return MODEL_KEYS.get(key, key)
+
+
+def max_length(task: str, papa_layout: bool = True) -> int:
+  """A built-in task's input length (`Task.default_max_length`)."""
+  return get_task(task).default_max_length(papa_layout)
 
 
 def papa_config(model: str, task: str) -> ml_collections.ConfigDict:
@@ -49,22 +53,37 @@ def papa_config(model: str, task: str) -> ml_collections.ConfigDict:
   c = get_config()
   c.model.name = model_name(model)
   c.data.task = task
-  c.data.max_length = MAX_LENGTH.get(task, 128)
+  c.data.max_length = max_length(task)
+  return c
+
+
+def cpu_preset(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """What makes a PAPA run fit a 2-core CPU (the quickstart's and the suite's), each on purpose:
+
+  a deterministic encoder with cached bfloat16 features (each probe costs one
+  encoder pass instead of fifteen), and a 2-epoch sorting run with gate
+  learning rate 0.05 (at 2e-5 the gates would barely move in so few steps).
+  """
+  c.probe.encoder_dropout = False
+  c.probe.cache_features = True
+  c.probe.feature_dtype = "bfloat16"
+  c.sort.epochs = 2
+  c.sort.gate_learning_rate = 0.05
   return c
 
 
 def effective_config(model: str, task: str) -> ml_collections.ConfigDict:
   """Raw vs effective attention (Sun & Marasovic) of `model` on `task`'s dev split.
 
-  Standard layout up to 128 tokens, so that sentences longer than the head
+  Standard layout (no PAPA layout), so that sentences longer than the head
   dimension keep all their tokens (the reference setting).
   """
   c = get_config()
   c.stage = "effective"
   c.model.name = model_name(model)
   c.data.task = task
-  c.data.max_length = 128
   c.data.papa_layout = False
+  c.data.max_length = max_length(task, papa_layout=False)
   c.effective.split = "validation"
   c.run.batch_size = 16
   return c

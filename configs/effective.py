@@ -11,8 +11,8 @@ tagging task with gold POS: pos or udpos). model/other: minilm
 (all-MiniLM-L6-v2, packaged), minilm_sre (its fine-tune in the
 sre-embedding-model package), bert (Sun & Marasovic's setting), any key of
 configs/base.py's MODELS, a hub id or a directory. Inputs use the standard
-layout up to 128 tokens (64 for CoNLL sentences), so sentences longer than the
-head dimension keep all their tokens. For head ablation see
+layout up to 128 tokens (64 for tagged sentences: `Task.default_max_length`), so
+sentences longer than the head dimension keep all their tokens. For head ablation see
 configs/quickstart.py (stage=ablation runs on a PAPA workdir: it needs its
 constant matrices, and compares with its head ranking).
 """
@@ -25,7 +25,5 @@ def get_config(arg=None):
   c = base.effective_config(a.model, a.task)
   c.stage = a.stage
   if a.stage == "finetune":
-    c.effective.other_model = base.model_name(a.other)
-  if a.task in ("pos", "ner", "chunk", "udpos"):
-    c.data.max_length = 64
+    c.finetune.other_model = base.model_name(a.other)
   return c

@@ -19,8 +19,6 @@ import ml_collections
 
 from configs import base
 
-PAIR_TASKS = ("mrpc", "qqp", "stsb", "mnli", "qnli", "rte", "wnli")
-
 
 def get_config(arg=None):
   a = base.parse_arg(arg, models="minilm+minilm_sre", tasks="sst2+cola+mrpc+ner+pos",
@@ -32,17 +30,13 @@ def get_config(arg=None):
   tasks = tuple(a.tasks.split("+"))
   c.suite = ml_collections.ConfigDict(dict(
       models=models, tasks=tasks,
-      max_length=ml_collections.ConfigDict({t: 128 if t in PAIR_TASKS else 64 for t in tasks}),
+      max_length=ml_collections.ConfigDict({t: base.max_length(t) for t in tasks}),
       data_dirs=ml_collections.ConfigDict({t: "" for t in tasks}),
   ))
   c.papa.seeds = tuple(range(42, 42 + a.seeds))
   c.data.max_train_examples = a.train
-  c.probe.encoder_dropout = False
-  c.probe.cache_features = True
-  c.probe.feature_dtype = "bfloat16"
+  base.cpu_preset(c)
   c.run.cache_max_gb = 8.0
-  c.sort.epochs = 2
   c.sort.max_train_examples = a.sort_train
-  c.sort.gate_learning_rate = 0.05
   c.run.log_every_steps = 100
   return c

@@ -1,8 +1,12 @@
 """PAPA and effective-attention experiments: one command on CPU, GPU or TPU pod.
 
   python launch/main.py --config=configs/bert_sst2.py --workdir=DIR \
-      [--config.stage=means|sort|probe|all|effective] [--config.field=value ...]
+      [--config.stage=STAGE] [--config.field=value ...]
 
+STAGE (default all) is a stage, run after the stages it needs (each skips
+the work it finished before): means, sort, probe (all = means, sort, probe),
+effective, finetune, linguistic, ablation (papa_jax/registry.py); or a
+command: suite (a grid of runs and its report), report, explore.
 Exits with status 75 when preempted (SIGTERM) after saving a checkpoint:
 rerun the same command to resume.
 """
@@ -17,7 +21,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from absl import app, flags, logging  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
-from papa_jax import cpu_tuning  # noqa: E402  (imports JAX; creates no backend)
+from papa_jax import config_schema, cpu_tuning  # noqa: E402  (imports JAX; creates no backend)
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file.",
                                           lock_config=True)
@@ -32,7 +36,8 @@ def main(argv):
   logging.get_absl_logger().addFilter(
       lambda r: r.levelno >= 30 or "orbax" not in r.pathname)  # 30: Python WARNING.
   import jax  # pylint: disable=import-outside-toplevel
-  from papa_jax import parallel, preemption, run  # pylint: disable=import-outside-toplevel
+  # pylint: disable-next=import-outside-toplevel
+  from papa_jax import commands, parallel, preemption
   config = _CONFIG.value
   preemption.install()
   parallel.maybe_initialize_distributed(config)
@@ -44,7 +49,7 @@ def main(argv):
                f", measured for this CPU kind: {_CPU_FLAGS}" if _CPU_FLAGS else "")
   logging.info("Config:\n%s", config)
   try:
-    run.run(config, _WORKDIR.value)
+    commands.main(config, _WORKDIR.value)
   except preemption.Preempted as e:
     logging.warning("%s Rerun the same command to resume.", e)
     sys.exit(preemption.EXIT_CODE)
@@ -54,6 +59,10 @@ _CPU_FLAGS: list[str] = []
 
 if __name__ == "__main__":
   _CPU_FLAGS = cpu_tuning.apply()  # Before JAX creates its CPU backend.
+  for _arg in sys.argv[1:]:  # A flag of a moved field: say its new name, not "unknown".
+    _old = _arg.split("=")[0][len("--config."):]
+    if _arg.startswith("--config.") and _old in config_schema.MOVED:
+      sys.exit(f"--config.{_old} was renamed: use --config.{config_schema.MOVED[_old]}.")
   import jax  # noqa: E402  pylint: disable=g-import-not-at-top
   jax.config.config_with_absl()
   logging.set_verbosity(logging.INFO)

@@ -7,23 +7,21 @@
   out = m.apply(data.input_ids, data.attention_mask,
                 override=pj.AttentionOverride.constant(means.avgs))
   eff = pj.effective_attentions(m.apply(data.input_ids, data.attention_mask,
-                                        capture_attention=True, capture_values=True),
+                                        capture=pj.Capture(probs=True, values=True)),
                                 data.attention_mask)
 """
 
 from __future__ import annotations
 
-import os
 from typing import Sequence
 
 import numpy as np
 
-from papa_jax import parallel, workdir
-from papa_jax.analysis.effective import effective_attention
+from papa_jax import parallel, reader
 from papa_jax.convert import Pretrained
 from papa_jax.data import preprocess, tasks
+from papa_jax.effective import effective_attention
 from papa_jax.papa import means as means_lib
-from papa_jax.papa import schedule
 
 
 def encode_texts(model: Pretrained, texts: Sequence[str], pairs: Sequence[str] | None = None, *,
@@ -70,11 +68,11 @@ def attention_means(model: Pretrained, data: preprocess.Encoded | Sequence[str],
 def effective_attentions(output, attention_mask) -> tuple:
   """Every layer's effective attention `[B, H, L, L]` from an `EncoderOutput`.
 
-  `output` must come from `apply(..., capture_attention=True,
-  capture_values=True)`; pad keys and pad queries get zeros (mask-aware).
+  `output` must come from `apply(..., capture=Capture(probs=True, values=True))`;
+  pad keys and pad queries get zeros (mask-aware).
   """
   if output.attentions is None or output.values is None:
-    raise ValueError("Run the model with capture_attention=True and capture_values=True.")
+    raise ValueError("Run the model with capture=Capture(probs=True, values=True).")
   out = []
   for a, v in zip(output.attentions, output.values):
     key_mask = np.broadcast_to(np.asarray(attention_mask)[:, None, :] > 0, a.shape[:-1])
@@ -87,21 +85,15 @@ def load_results(path: str) -> dict:
 
   Returns a dict with `config`, `rows`, `summary` (from results.json when the
   probe stage ran), `means` (variant -> `Means`), `lambdas` and `ranking`
-  (when the sort stage ran), and `effective` (the effective stage's stats).
+  (when the sort stage ran), and each analysis stage's stats under its name
+  (`effective`, `finetune`, `linguistic`, `ablation`). `reader.read_workdir`
+  gives the same as an object.
   """
-  out: dict = {"config": workdir.read_json(os.path.join(path, "config.json"))}
-  res = os.path.join(path, "results.json")
-  if os.path.exists(res):
-    r = workdir.read_json(res)
-    out.update(rows=r["rows"], summary=r["summary"])
-  out["means"] = {v: means_lib.load_means(os.path.join(path, "means", f"means_{v}.npz"))
-                  for v in ("raw", "effective")
-                  if os.path.exists(os.path.join(path, "means", f"means_{v}.npz"))}
-  ranking = os.path.join(path, "sort", "sorted_heads.json")
-  if os.path.exists(ranking):
-    out["lambdas"] = np.load(os.path.join(path, "sort", "lambdas.npy"))
-    out["ranking"] = schedule.load_ranking(ranking, *out["lambdas"].shape)
-  eff = os.path.join(path, "effective", "stats.json")
-  if os.path.exists(eff):
-    out["effective"] = workdir.read_json(eff)
+  wd = reader.read_workdir(path)
+  out: dict = {"config": wd.config, "means": wd.means}
+  if wd.results is not None:
+    out.update(rows=wd.results["rows"], summary=wd.results["summary"])
+  if wd.ranking is not None:
+    out.update(lambdas=wd.lambdas, ranking=wd.ranking)
+  out.update(wd.stats)
   return out

@@ -7,11 +7,14 @@ len]`, true (or 1) for real tokens.
 A layer hands `attend` its value vectors and a function computing its own
 (family-specific) probabilities for any subset of heads; `attend` alone
 decides what the override does with them, in the spirit of penzai's
-`query_key_to_attn` / `attn_value_to_output` split. The override is data, not a
+`query_key_to_attn` / `attn_value_to_output` split. It owns what decides the
+fast path (constant and gated heads) and calls the override's interventions
+at their named sites (`values`, `probs`, `context`); the interventions
+themselves live in `papa_jax/interventions.py`. The override is data, not a
 patch: `AttentionOverride` is a pytree whose arrays (constant matrices, gate
-logits, ablation indices) are traced, and whose static parts (which heads are
-constant, a user function) are part of the tree structure, so a jitted
-function recompiles only when those change.
+logits, the interventions' arrays) are traced, and whose static parts (which
+heads are constant, the interventions' kinds) are part of the tree structure,
+so a jitted function recompiles only when those change.
 """
 
 from __future__ import annotations
@@ -27,19 +30,6 @@ import numpy as np
 Array = jax.Array
 L1_EPS = 1e-12  # torch.nn.functional.normalize's eps, as in the PAPA code.
 StaticHeads = tuple[tuple[bool, ...], ...]
-
-
-class ProbsFn(Protocol):
-  """A user transformation of one layer's attention probabilities.
-
-  Called as `fn(probs, mask, layer=l, values=v)` with probs `[B, H, L, L]`,
-  mask `[B, L]` (bool), the layer index (a Python int) and the layer's value
-  vectors `[B, H, L, head_dim]` (bias included). Returns probs of the same
-  shape, which then multiply the values.
-  """
-
-  def __call__(self, probs: Array, mask: Array, *, layer: int, values: Array) -> Array:
-    ...
 
 
 # Probabilities from scores (the two masking conventions of the families).
@@ -175,7 +165,29 @@ def as_static_heads(static_heads: Any) -> StaticHeads | None:
   return tuple(tuple(bool(v) for v in row) for row in arr)
 
 
-ABLATIONS = ("uniform", "constant", "effective")
+SITES = ("values", "probs", "context")
+
+
+class Intervention(Protocol):
+  """A change to one layer's attention at a named site (see `papa_jax/interventions.py`).
+
+  Interventions are pytrees (registered dataclasses): array fields (head or
+  token indices per example, replacement matrices) are traced, so another head
+  set or token never recompiles; the class and its static fields decide what
+  compiles. `attend` calls each one at its `site`, in the order given:
+    * "values": `x` is the layer's value vectors `[B, L, H, d]` (bias
+      included), before anything uses them (constant heads too);
+    * "probs": `x` is the probabilities `[B, H, L, L]` after constant or gated
+      heads are mixed in, before dropout (`values` is passed, `[B, L, H, d]`);
+    * "context": `x` is each head's output `[B, L, H, d]` (probabilities times
+      values) before the output projection.
+  `layer` is the layer index (a Python int) and `mask` the `[B, L]` bool mask.
+  """
+
+  site: str
+
+  def __call__(self, x: Array, *, layer: int, mask: Array, values: Array | None) -> Array:
+    ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -186,14 +198,19 @@ class LayerOverride:
   static: tuple[int, ...]
   constants: Array | None  # [H, L, L]
   gate_logits: Array | None  # [H]
-  probs_fn: ProbsFn | None
-  ablate_heads: Array | None  # [B] int: the head each example ablates here, or -1.
-  ablation: str
+  interventions: tuple[Intervention, ...] = ()
 
   @property
   def is_identity(self) -> bool:
-    return (not self.static and self.gate_logits is None and self.probs_fn is None
-            and self.ablate_heads is None)
+    return not self.static and self.gate_logits is None and not self.interventions
+
+  def at(self, site: str) -> tuple[Intervention, ...]:
+    return tuple(iv for iv in self.interventions if iv.site == site)
+
+  def apply(self, site: str, x: Array, mask: Array, values: Array | None = None) -> Array:
+    for iv in self.at(site):
+      x = iv(x, layer=self.layer, mask=mask, values=values)
+    return x
 
 
 @jax.tree_util.register_dataclass
@@ -207,33 +224,28 @@ class AttentionOverride:
       keys. Constant heads skip their query/key projections and softmax.
     * `gated(C, gate_logits)` (PAPA head sorting): every head mixes
       `sigmoid(g) P_dyn + (1 - sigmoid(g)) MN(C)`.
-    * `transform(probs_fn)`: a user function of each layer's probabilities
-      (effective attention, ablations); see `ProbsFn`.
-    * `ablate(kind, layers, heads, C)` (head ablation, batched): example b
-      replaces head `heads[b]` of layer `layers[b]` (-1: none) by uniform
-      attention over real tokens, its constant `C`, or its effective attention.
-  Modes combine as: static heads or gates first, then `probs_fn`, then the
-  ablation (gates and static heads are exclusive).
+    * `intervene(*interventions)`: changes at named sites (`Intervention`;
+      head ablation, effective attention, value zeroing, a user function:
+      `papa_jax/interventions.py`); `with_interventions` adds them to an
+      override.
+  Static heads or gates come first, then the interventions at their sites
+  (gates and static heads are exclusive).
 
   Attributes:
     constants: `[layers, heads, L, L]` (traced).
     gate_logits: `[layers, heads]` (traced).
-    ablate_layers, ablate_heads: `[batch]` int (traced).
+    interventions: a tuple of `Intervention` pytrees.
     static_heads: boolean `[layers, heads]` (static; a tuple of tuples).
-    probs_fn: a `ProbsFn` (static; hashed by identity).
-    ablation: "uniform", "constant" or "effective" (static).
   """
 
   constants: Array | None = None
   gate_logits: Array | None = None
-  ablate_layers: Array | None = None
-  ablate_heads: Array | None = None
+  interventions: tuple = ()
   static_heads: StaticHeads | None = dataclasses.field(default=None, metadata=dict(static=True))
-  probs_fn: ProbsFn | None = dataclasses.field(default=None, metadata=dict(static=True))
-  ablation: str = dataclasses.field(default="uniform", metadata=dict(static=True))
 
   def __post_init__(self):
     object.__setattr__(self, "static_heads", as_static_heads(self.static_heads))
+    object.__setattr__(self, "interventions", tuple(self.interventions))
 
   @classmethod
   def constant(cls, constants: Array, heads: Any = None) -> AttentionOverride:
@@ -247,17 +259,14 @@ class AttentionOverride:
     return cls(constants=constants, gate_logits=gate_logits)
 
   @classmethod
-  def transform(cls, probs_fn: ProbsFn) -> AttentionOverride:
-    return cls(probs_fn=probs_fn)
-
-  @classmethod
-  def ablate(cls, kind: str, layers: Array, heads: Array,
-             constants: Array | None = None) -> AttentionOverride:
-    return cls(constants=constants, ablate_layers=jnp.asarray(layers, jnp.int32),
-               ablate_heads=jnp.asarray(heads, jnp.int32), ablation=kind)
+  def intervene(cls, *interventions: Intervention) -> AttentionOverride:
+    return cls(interventions=interventions)
 
   def with_gates(self, gate_logits: Array) -> AttentionOverride:
     return dataclasses.replace(self, gate_logits=gate_logits)
+
+  def with_interventions(self, *interventions: Intervention) -> AttentionOverride:
+    return dataclasses.replace(self, interventions=self.interventions + tuple(interventions))
 
   @property
   def num_static(self) -> int:
@@ -266,15 +275,14 @@ class AttentionOverride:
   def validate(self, num_layers: int, num_heads: int, seq_len: int,
                batch: int | None = None) -> None:
     """Raises ValueError naming the expected shape when one does not match."""
-    need_constants = (self.num_static > 0 or self.gate_logits is not None
-                      or (self.ablate_heads is not None and self.ablation == "constant"))
+    need_constants = self.num_static > 0 or self.gate_logits is not None
     if self.static_heads is not None:
       got = np.asarray(self.static_heads).shape
       if got != (num_layers, num_heads):
         raise ValueError(f"static_heads has shape {got}; this model expects "
                          f"[layers, heads] = {(num_layers, num_heads)}.")
     if need_constants and self.constants is None:
-      raise ValueError("Static, gated or constant-ablated heads need `constants`.")
+      raise ValueError("Static or gated heads need `constants`.")
     if self.constants is not None and need_constants:
       want = (num_layers, num_heads, seq_len, seq_len)
       if tuple(self.constants.shape) != want:
@@ -286,52 +294,26 @@ class AttentionOverride:
       if tuple(self.gate_logits.shape) != (num_layers, num_heads):
         raise ValueError(f"gate_logits have shape {tuple(self.gate_logits.shape)}; "
                          f"expected [layers, heads] = {(num_layers, num_heads)}.")
-    if (self.ablate_heads is None) != (self.ablate_layers is None):
-      raise ValueError("ablate_layers and ablate_heads go together.")
-    if self.ablate_heads is not None:
-      if self.ablation not in ABLATIONS:
-        raise ValueError(f"ablation={self.ablation!r}; choose one of {ABLATIONS}.")
-      for name, arr in (("ablate_layers", self.ablate_layers), ("ablate_heads", self.ablate_heads)):
-        if arr.ndim != 1 or (batch is not None and arr.shape[0] != batch):
-          raise ValueError(f"{name} has shape {tuple(arr.shape)}; expected [batch] = ({batch},).")
-    if self.probs_fn is not None and not callable(self.probs_fn):
-      raise ValueError("probs_fn must be callable.")
+    for iv in self.interventions:
+      if getattr(iv, "site", None) not in SITES or not callable(iv):
+        raise ValueError(f"{iv!r} is not an intervention: it needs a `site` in {SITES} and "
+                         "a __call__ (see papa_jax/interventions.py).")
+      check = getattr(iv, "validate", None)
+      if check is not None:
+        check(num_layers=num_layers, num_heads=num_heads, seq_len=seq_len, batch=batch)
 
   def for_layer(self, layer: int) -> LayerOverride:
     static = ()
     if self.static_heads is not None:
       static = tuple(h for h, s in enumerate(self.static_heads[layer]) if s)
-    ablate = None
-    if self.ablate_heads is not None:
-      ablate = jnp.where(self.ablate_layers == layer, self.ablate_heads, -1)
-    use_constants = (bool(static) or self.gate_logits is not None
-                     or (ablate is not None and self.ablation == "constant"))
+    use_constants = bool(static) or self.gate_logits is not None
     return LayerOverride(
         layer=layer,
         static=static,
         constants=self.constants[layer] if use_constants else None,
         gate_logits=None if self.gate_logits is None else self.gate_logits[layer],
-        probs_fn=self.probs_fn,
-        ablate_heads=ablate,
-        ablation=self.ablation,
+        interventions=self.interventions,
     )
-
-
-def _ablate(lo: LayerOverride, probs: Array, values: Array, mask: Array) -> Array:
-  """Each example's ablated head (`lo.ablate_heads[b]`, -1: none) replaced."""
-  heads = lo.ablate_heads
-  sel = jnp.maximum(heads, 0)
-  own = jnp.take_along_axis(probs, sel[:, None, None, None], axis=1)[:, 0]  # [B, L, L]
-  if lo.ablation == "uniform":
-    new = uniform_probs(mask, own[:, None].shape, own.dtype)[:, 0]
-  elif lo.ablation == "constant":
-    new = mask_and_normalize(lo.constants[sel][:, None], mask)[:, 0]
-  else:
-    from papa_jax.analysis import effective  # pylint: disable=import-outside-toplevel
-    v = jnp.take_along_axis(values, sel[:, None, None, None], axis=2)[:, :, 0]  # [B, L, d]
-    new = effective.effective_attention(own, v, mask.astype(bool))[0].astype(own.dtype)
-  hit = (jnp.arange(probs.shape[1])[None] == heads[:, None])[:, :, None, None]
-  return jnp.where(hit, new[:, None], probs)
 
 
 def attend(
@@ -343,8 +325,8 @@ def attend(
     capture: bool,
     dropout: Callable[[Array], Array] | None,
     fused_context: Callable[[tuple[int, ...], Array], Array] | None = None,
-) -> tuple[Array, Array | None]:
-  """One layer's attention under `override`: the context and the probabilities.
+) -> tuple[Array, Array | None, Array]:
+  """One layer's attention under `override`: the context, probabilities and values.
 
   Args:
     override: this layer's part of the override, or None.
@@ -361,16 +343,19 @@ def attend(
       probabilities and `use_fused_attention()`.
 
   Returns:
-    `(context [B, L, H, d], probs [B, H, L, L])`; probs is None on the
-    constant fast path (no capture, no dropout, no user function).
+    `(context [B, L, H, d], probs [B, H, L, L], values [B, L, H, d])`: probs
+    is None on the constant fast path (no capture, no dropout, no gates,
+    nothing at the "probs" site); values are after the "values" site.
   """
   num_heads = values.shape[2]
   all_heads = tuple(range(num_heads))
   lo = override if override is not None and not override.is_identity else None
+  if lo:
+    values = lo.apply("values", values, mask)
   static = lo.static if lo else ()
   dynamic = tuple(h for h in all_heads if h not in static)
   no_probs = not capture and dropout is None and (lo is None or (
-      lo.probs_fn is None and lo.ablate_heads is None and lo.gate_logits is None))
+      lo.gate_logits is None and not lo.at("probs")))
   if no_probs and (static or (fused_context is not None and use_fused_attention())):
     # Fast path: constant heads without Q/K or softmax, dynamic heads fused when
     # possible; no [B, H, L, L] tensor for constant heads.
@@ -386,7 +371,8 @@ def attend(
       else:
         parts.append((dynamic, jnp.einsum("bhqk,bkhd->bqhd", fusion_barrier(
             dynamic_probs(dynamic)).astype(values.dtype), v)))
-    return merge_heads(parts, axis=2), None
+    context = merge_heads(parts, axis=2)
+    return (lo.apply("context", context, mask) if lo else context), None, values
 
   if lo and lo.gate_logits is not None:
     gate = jax.nn.sigmoid(lo.gate_logits)[None, :, None, None]
@@ -399,10 +385,8 @@ def attend(
     probs = merge_heads(parts)
   else:
     probs = dynamic_probs(all_heads)
-  if lo and lo.probs_fn is not None:
-    probs = lo.probs_fn(probs, mask, layer=lo.layer, values=jnp.swapaxes(values, 1, 2))
-  if lo and lo.ablate_heads is not None:
-    probs = _ablate(lo, probs, values, mask)
+  if lo:
+    probs = lo.apply("probs", probs, mask, values)
   dropped = probs if dropout is None else dropout(probs)
-  return jnp.einsum("bhqk,bkhd->bqhd", fusion_barrier(dropped).astype(values.dtype),
-                    values), probs
+  context = jnp.einsum("bhqk,bkhd->bqhd", fusion_barrier(dropped).astype(values.dtype), values)
+  return (lo.apply("context", context, mask) if lo else context), probs, values

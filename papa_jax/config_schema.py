@@ -1,15 +1,19 @@
 """The experiment config: its defaults, which fields change results, its checks.
 
 Groups and what they mean for a workdir:
-  * result groups (`RESULT_GROUPS`): every field changes some result; the
-    workdir is bound to them and every fingerprint covers them, so a new field
-    added to one of these groups is covered automatically;
+  * result groups (`RESULT_GROUPS`): every field changes some result; a stage
+    declares the groups its results depend on (`stage.Stage.groups`), the
+    workdir is bound to them while its outputs exist, and its fingerprints
+    cover them, so a new field added to one of these groups is covered
+    automatically;
   * `papa`: which probing runs exist (fractions, variants, seeds); extending
     it reuses finished runs, it never changes one;
-  * `run`, `explore`, `report` and the top-level `stage` / `overwrite`: how and
-    where to compute or show things; they never change a result.
-Every check of a config that needs no data lives here and raises `ConfigError`
-(`validate`); the checks that need the model or the mesh follow it.
+  * `run`, `figures`, `explore`, `report`, `suite` and the top-level `stage` /
+    `overwrite`: how and where to compute or show things; they never change a
+    result.
+Every check of a config that needs neither data nor the registry lives here
+and raises `ConfigError` (`validate`); the checks that need the model or the
+mesh follow it; `run.check_config` adds the task declaration and the stage name.
 """
 
 from __future__ import annotations
@@ -19,26 +23,27 @@ from typing import Any
 
 import ml_collections
 
-STAGES = ("means", "sort", "probe", "all", "effective", "finetune", "linguistic", "ablation",
-          "suite", "report", "explore")
-ANALYSIS_STAGES = ("effective", "finetune", "linguistic")  # Passes over effective.split.
+from papa_jax.errors import ConfigError
+
 VARIANTS = ("raw", "effective")
 FEATURE_DTYPES = ("float32", "bfloat16")
-RESULT_GROUPS = ("model", "data", "sort", "probe", "effective")
+ABLATIONS = ("uniform", "constant", "effective")
+RESULT_GROUPS = ("model", "data", "sort", "probe", "effective", "finetune", "ablation")
 PAPA_GROUPS = ("model", "data", "sort", "probe")  # What means, sort and probe runs depend on.
-EFFECTIVE_GROUPS = ("model", "data", "effective")
-NON_RESULT_GROUPS = ("papa", "run", "report", "suite", "explore")
+NON_RESULT_GROUPS = ("papa", "run", "figures", "report", "suite", "explore")
 NON_RESULT_FIELDS = ("stage", "overwrite")
-
-
-class ConfigError(ValueError):
-  """A config that cannot run, found before any long computation."""
+# Fields that moved between groups (old dotted name -> new): `migrate` reads old workdirs.
+MOVED = {"effective.other_model": "finetune.other_model",
+         "effective.ablations": "ablation.kinds",
+         "effective.example_index": "figures.example_index",
+         "effective.figure_layer": "figures.layer",
+         "effective.figure_head": "figures.head"}
 
 
 def get_config() -> ml_collections.ConfigDict:
   """The defaults: the PAPA paper's recipe (`shared/spec/papa.md` §7.3)."""
   c = ml_collections.ConfigDict()
-  c.stage = "all"  # means | sort | probe | all | effective
+  c.stage = "all"  # A stage of papa_jax/registry.py (all: means, sort, probe) or a command.
   c.overwrite = False  # Replace results of a different config in the workdir.
 
   c.model = ml_collections.ConfigDict(dict(
@@ -111,16 +116,22 @@ def get_config() -> ml_collections.ConfigDict:
       cache_features=False,  # Compute encoder outputs once (needs encoder_dropout=False).
       feature_dtype="float32",  # Dtype of encoder outputs fed to the probe (cache dtype).
   ))
-  c.effective = ml_collections.ConfigDict(dict(
+  c.effective = ml_collections.ConfigDict(dict(  # The analysis stages' split and options.
       split="validation",
       max_examples=-1,
       rtol=-1.0,  # Rank tolerance relative to sigma_max; -1: max(n, d) * eps.
-      example_index=0,  # Which long example the attention-map figure shows.
-      figure_layer=-1,  # Layer and head of that figure; -1: the largest null part.
-      figure_head=-1,
       min_valid_tokens=0,  # Only examples with more real tokens than this.
-      other_model="",  # stage=finetune: the fine-tuned checkpoint compared with model.name.
-      ablations=("uniform", "constant", "effective"),  # stage=ablation: head replacements.
+  ))
+  c.finetune = ml_collections.ConfigDict(dict(
+      other_model="",  # The fine-tuned (or other) checkpoint compared with model.name.
+  ))
+  c.ablation = ml_collections.ConfigDict(dict(
+      kinds=ABLATIONS,  # Head replacements, each a map of score changes.
+  ))
+  c.figures = ml_collections.ConfigDict(dict(  # What the effective stage's example shows.
+      example_index=0,  # Which long example of the analysis split.
+      layer=-1,  # Layer and head; -1: the largest null part.
+      head=-1,
   ))
   c.explore = ml_collections.ConfigDict(dict(
       examples=(0, 1, 2),  # Dev indices (whole validation split, file order) shown first.
@@ -159,11 +170,27 @@ def _flat(d: dict, prefix: str = "") -> dict[str, Any]:
   return out
 
 
-def result_config(config: ml_collections.ConfigDict,
+def result_config(config: ml_collections.ConfigDict | dict,
                   groups: tuple[str, ...] = RESULT_GROUPS) -> dict[str, Any]:
   """The flattened fields that decide results (of `groups`), nothing else."""
-  d = json.loads(config.to_json_best_effort())
+  d = config if isinstance(config, dict) else json.loads(config.to_json_best_effort())
   return _flat({k: v for k, v in d.items() if k in groups})
+
+
+def migrate(saved: dict) -> dict:
+  """A config.json of an earlier version with moved fields under their new names."""
+  flat = _flat(saved)
+  for old, new in MOVED.items():
+    if old in flat:
+      flat.setdefault(new, flat.pop(old))
+  out: dict = {}
+  for key, v in flat.items():
+    node = out
+    *parents, leaf = key.split(".")
+    for p in parents:
+      node = node.setdefault(p, {})
+    node[leaf] = v
+  return out
 
 
 def unclassified_fields(config: ml_collections.ConfigDict) -> list[str]:
@@ -209,10 +236,6 @@ def validate(config: ml_collections.ConfigDict) -> None:
                       "config_schema does not classify as result or non-result fields.")
   if config.model.dtype not in ("auto", "float32", "bfloat16"):
     raise ConfigError(f"model.dtype={config.model.dtype!r}; use auto, float32 or bfloat16.")
-  if config.stage not in STAGES:
-    raise ConfigError(f"stage={config.stage!r}; choose one of {STAGES}.")
-  from papa_jax import data  # pylint: disable=import-outside-toplevel
-  data.check_config(config.data)  # Raises TaskConfigError, a ConfigError.
   if config.data.source not in ("local", "tfds"):
     raise ConfigError(f"data.source={config.data.source!r}; use 'local' or 'tfds'.")
   if config.data.max_length < 4:
@@ -240,10 +263,10 @@ def validate(config: ml_collections.ConfigDict) -> None:
     raise ConfigError("run.cache_max_gb must be > 0.")
   if not (config.report.n_boot >= 100 and 0.5 < config.report.level < 1):
     raise ConfigError("report.n_boot must be >= 100 and report.level in (0.5, 1).")
-  bad = set(config.effective.ablations) - {"uniform", "constant", "effective"}
-  if bad or not config.effective.ablations:
-    raise ConfigError(f"effective.ablations={tuple(config.effective.ablations)!r}: use a "
-                      "non-empty subset of ('uniform', 'constant', 'effective').")
+  bad = set(config.ablation.kinds) - set(ABLATIONS)
+  if bad or not config.ablation.kinds:
+    raise ConfigError(f"ablation.kinds={tuple(config.ablation.kinds)!r}: use a non-empty "
+                      f"subset of {ABLATIONS}.")
   if config.effective.split not in ("train", "validation", "test"):
     raise ConfigError(f"effective.split={config.effective.split!r}; use train, validation or test.")
 
@@ -260,9 +283,9 @@ def validate_for_model(config: ml_collections.ConfigDict, model_config) -> None:
   if config.data.max_length > model_config.max_length:
     raise ConfigError(f"data.max_length={config.data.max_length} exceeds the model's "
                       f"{model_config.max_length} positions.")
-  e = config.effective
-  for name, v, hi in (("effective.figure_layer", e.figure_layer, model_config.num_layers),
-                      ("effective.figure_head", e.figure_head, model_config.num_heads)):
+  f = config.figures
+  for name, v, hi in (("figures.layer", f.layer, model_config.num_layers),
+                      ("figures.head", f.head, model_config.num_heads)):
     if not -1 <= v < hi:
       raise ConfigError(f"{name}={v} does not exist in this model ({hi} of them; -1 picks "
                         "the head with the largest null part).")

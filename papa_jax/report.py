@@ -27,10 +27,9 @@ from typing import Sequence
 
 import numpy as np
 
-from papa_jax import uncertainty, workdir
-from papa_jax.report_markdown import csv_rows, jsonable, markdown
+from papa_jax import report_figures, uncertainty, workdir
 from papa_jax.data.tasks import Task
-from papa_jax.papa.schedule import PAPER_FRACTIONS
+from papa_jax.report_markdown import csv_rows, fraction_label, jsonable, markdown
 
 PAPER_CLAIMS = (
     "All heads constant: about 8% average relative drop (Hassid et al. 2022).",
@@ -86,14 +85,6 @@ def task_seed(seed: int, task_name: str) -> int:
 def condition_stream(variant: str, k: int) -> int:
   """The seed-resampling stream of a condition (the baseline's is 0)."""
   return 0 if k == 0 else zlib.crc32(f"{variant}/{k}".encode())
-
-
-def fraction_label(k: int, total: int) -> str:
-  """The schedule's nominal fraction ("1/2", "15/16") for k of total heads."""
-  for f in PAPER_FRACTIONS:
-    if int(np.floor(f * total + 1e-9)) == k:
-      return {0.0: "0", 1.0: "1", 0.5: "1/2", 0.875: "7/8", 0.9375: "15/16"}[f]
-  return f"{k}/{total}"
 
 
 def _seeds_of(exp: Experiment) -> tuple:
@@ -306,7 +297,6 @@ def write_report(experiments: Sequence[Experiment], out_dir: str, *, n_boot: int
   Keys: "md", "json", "csv", "curves", "scatter", and "means/<model>/<task>",
   "gates/<model>/<task>" for experiments that have constant matrices / gates.
   """
-  from papa_jax import report_figures  # pylint: disable=import-outside-toplevel
   os.makedirs(out_dir, exist_ok=True)
   report = analyse(experiments, n_boot=n_boot, seed=seed, level=level)
   paths = {k: os.path.join(out_dir, f) for k, f in (

@@ -8,21 +8,11 @@ from typing import Sequence
 import numpy as np
 
 from papa_jax.papa.schedule import ranking_from_lambdas
+from papa_jax.plotting import pyplot, save_figure
+from papa_jax.report_markdown import fraction_label
 
 _VARIANT_STYLE = {"raw": "-", "effective": "--"}
 _MARKERS = "osD^vP*Xh<>"
-
-
-def _plt():
-  import matplotlib  # pylint: disable=import-outside-toplevel
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
-  return plt
-
-
-def _save(fig, plt, path: str) -> None:
-  fig.savefig(path)
-  plt.close(fig)
 
 
 def curves(report: dict, path: str) -> None:
@@ -31,7 +21,7 @@ def curves(report: dict, path: str) -> None:
   Shaded: the bootstrap band of each point (when predictions exist);
   error bars: ± std over seeds (logged scores only).
   """
-  plt = _plt()
+  plt = pyplot()
   exps = report["experiments"]
   tasks = list(dict.fromkeys(r["task"] for r in exps))
   fracs = {}
@@ -81,12 +71,12 @@ def curves(report: dict, path: str) -> None:
     ax.axis("off")
   fig.suptitle("PAPA: dev score as heads become constant (mean over probe seeds)", fontsize=10)
   fig.tight_layout()
-  _save(fig, plt, path)
+  save_figure(fig, path, tight=False)
 
 
 def scatter(report: dict, path: str, variant: str = "raw") -> None:
   """Baseline score vs relative drop (all heads constant), one point per (model, task)."""
-  plt = _plt()
+  plt = pyplot()
   corr = report["correlation"].get(variant) or dict(n=0, pairs=[], note="no pairs")
   fig, ax = plt.subplots(figsize=(6.2, 4.6), dpi=110)
   tasks = list(dict.fromkeys(p["task"] for p in corr["pairs"]))
@@ -121,7 +111,7 @@ def scatter(report: dict, path: str, variant: str = "raw") -> None:
     level = f"{100 * report['settings']['level']:.0f}%"
     ax.legend(fontsize=6, title=f"bars: {level} paired-bootstrap interval", title_fontsize=6)
   fig.tight_layout()
-  _save(fig, plt, path)
+  save_figure(fig, path, tight=False)
 
 
 def _pool(m: np.ndarray, size: int) -> np.ndarray:
@@ -142,7 +132,7 @@ def means_grid(means: np.ndarray, path: str, title: str, max_cells: int = 64) ->
   in about a second. Each head is scaled to its own maximum, to show where
   its attention goes rather than how peaked it is.
   """
-  plt = _plt()
+  plt = pyplot()
   from matplotlib import colors  # pylint: disable=import-outside-toplevel
   layers, heads = means.shape[:2]
   m = _pool(np.asarray(means, np.float64), max_cells)
@@ -173,7 +163,7 @@ def means_grid(means: np.ndarray, path: str, title: str, max_cells: int = 64) ->
   pooled = f", {full}x{full} averaged to {size}x{size}" if size < full else ""
   ax.set_title(f"Constant attention matrices, {title}{pooled}", fontsize=9)
   fig.tight_layout()
-  _save(fig, plt, path)
+  save_figure(fig, path, tight=False)
 
 
 def constant_from(ranking: Sequence, ks: Sequence[int], layers: int, heads: int) -> np.ndarray:
@@ -188,8 +178,7 @@ def constant_from(ranking: Sequence, ks: Sequence[int], layers: int, heads: int)
 def gate_map(gates: np.ndarray | None, ranking: Sequence | None, ks: Sequence[int], total: int,
              path: str, title: str) -> None:
   """Gate logits per layer x head; each cell marked with the fraction that makes it constant."""
-  from papa_jax.report import fraction_label  # pylint: disable=import-outside-toplevel
-  plt = _plt()
+  plt = pyplot()
   if ranking is None:
     ranking = ranking_from_lambdas(np.asarray(gates))
   if gates is None:  # No gates: show the rank instead.
@@ -220,4 +209,4 @@ def gate_map(gates: np.ndarray | None, ranking: Sequence | None, ks: Sequence[in
   ax.set_title(f"Head order, {title}\ncell text: the smallest fraction of constant heads\n"
                "that includes this head", fontsize=8)
   fig.tight_layout()
-  _save(fig, plt, path)
+  save_figure(fig, path, tight=False)

@@ -7,6 +7,16 @@ import os
 
 import numpy as np
 
+from papa_jax.papa.schedule import PAPER_FRACTIONS
+
+
+def fraction_label(k: int, total: int) -> str:
+  """The schedule's nominal fraction ("1/2", "15/16") for k of total heads."""
+  for f in PAPER_FRACTIONS:
+    if int(np.floor(f * total + 1e-9)) == k:
+      return {0.0: "0", 1.0: "1", 0.5: "1/2", 0.875: "7/8", 0.9375: "15/16"}[f]
+  return f"{k}/{total}"
+
 
 def jsonable(x):
   if isinstance(x, dict):

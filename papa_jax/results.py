@@ -9,12 +9,13 @@ across workdirs.
 from __future__ import annotations
 
 import csv
-import os
 from typing import Sequence
 
 import numpy as np
 
-from papa_jax import workdir
+from papa_jax import uncertainty, workdir
+from papa_jax.layout import Layout
+from papa_jax.plotting import pyplot, save_figure
 
 CSV_FIELDS = ("model", "task", "variant", "static_heads", "total_heads", "fraction", "seed",
               "metric", "score", "best_score", "examples", "eval_examples", "epochs", "seconds")
@@ -32,10 +33,6 @@ def save_predictions(path: str, predictions: np.ndarray, labels: np.ndarray,
     arrays["logits"] = logits.astype(np.float32)
   with workdir.atomic_write(path, "wb") as f:
     np.savez(f, **arrays)
-
-
-def relative_drop(baseline: float, score: float) -> float:
-  return (baseline - score) / baseline if baseline else float("nan")
 
 
 def by_run(rows: Sequence[dict]) -> dict[tuple, dict]:
@@ -71,7 +68,7 @@ def summary_rows(rows: Sequence[dict]) -> list[dict]:
         model=model, task=task, variant=variant, metric=any_run["metric"],
         baseline=pick(base, "mean"), baseline_std=pick(base, "std"),
         papa=pick(papa, "mean"), papa_std=pick(papa, "std"),
-        relative_drop=None if base is None or papa is None else relative_drop(
+        relative_drop=None if base is None or papa is None else uncertainty.relative_drop(
             base["mean"], papa["mean"]),
         half_heads=pick(half, "mean"), half_heads_std=pick(half, "std"),
         seeds=len(any_run["seeds"]), seconds=sum(v["seconds"] for v in ks.values())))
@@ -79,7 +76,7 @@ def summary_rows(rows: Sequence[dict]) -> list[dict]:
 
 
 def _fmt(v, std=None, pct=False) -> str:
-  if v is None:
+  if v is None or not np.isfinite(v):
     return "–"
   if pct:
     return f"{100 * v:.1f}%"
@@ -109,8 +106,6 @@ def markdown(rows: Sequence[dict]) -> str:
 
 
 def plot(rows: Sequence[dict], path: str, title: str) -> None:
-  # pylint: disable-next=import-outside-toplevel
-  from papa_jax.analysis.figures import pyplot, save_figure
   plt = pyplot()
   runs = by_run(rows)
   fig, ax = plt.subplots(figsize=(5.5, 3.8), dpi=120)
@@ -133,11 +128,10 @@ def plot(rows: Sequence[dict], path: str, title: str) -> None:
   save_figure(fig, path)
 
 
-def write_all(directory: str, rows: list[dict], meta: dict) -> dict[str, str]:
+def write_all(layout: Layout, rows: list[dict], meta: dict) -> dict[str, str]:
   """Writes results.json/.csv/.md and papa_curve.png; returns their paths."""
-  paths = {k: os.path.join(directory, f) for k, f in (
-      ("json", "results.json"), ("csv", "results.csv"), ("md", "results.md"),
-      ("png", "papa_curve.png"))}
+  paths = dict(json=layout.results("json"), csv=layout.results("csv"),
+               md=layout.results("md"), png=layout.papa_curve)
   workdir.write_json(paths["json"], dict(meta, rows=rows, summary=summary_rows(rows)))
   with workdir.atomic_write(paths["csv"], "w", newline="") as f:
     w = csv.DictWriter(f, fieldnames=CSV_FIELDS, extrasaction="ignore")

@@ -1,11 +1,12 @@
 """Experiment suites: a grid of (model x task) runs and the PAPA report over them.
 
-`stage=suite` runs every cell of `config.suite.models x config.suite.tasks` in
-its own sub-workdir `<workdir>/<model>__<task>` (each an ordinary `stage=all`
-run: finished runs are reused, killed ones resume), then writes the report.
-`stage=report` only aggregates: over the finished cells of a suite workdir,
-or over one experiment's workdir. `report_from_workdirs` does the same from
-Python for any list of finished workdirs.
+The `suite` command runs every cell of `config.suite.models x
+config.suite.tasks` in its own sub-workdir `<workdir>/<model>__<task>` (each an
+ordinary `stage=all` run: finished runs are reused, killed ones resume), then
+writes the report. The `report` command only aggregates: over the finished
+cells of a suite workdir, or over one experiment's workdir.
+`report_from_workdirs` does the same from Python for any list of finished
+workdirs (read by `reader.read_workdir`).
 """
 
 from __future__ import annotations
@@ -16,22 +17,15 @@ import time
 from typing import Sequence
 
 import ml_collections
-import numpy as np
 from absl import logging
 
-from papa_jax import config_schema, report, workdir
+from papa_jax import reader, report, run
 from papa_jax import data as data_lib
-from papa_jax.papa import means as means_lib
+from papa_jax.convert import MODEL_KEYS
+from papa_jax.errors import ConfigError
+from papa_jax.layout import Layout
 
 CELL_SEPARATOR = "__"
-# Short model names of configs: the paper's six, and the packaged real checkpoints.
-MODEL_KEYS = {
-    "bert": "bert-base-uncased", "bert_large": "bert-large-uncased",
-    "roberta": "roberta-base", "roberta_large": "roberta-large",
-    "deberta": "microsoft/deberta-base", "deberta_large": "microsoft/deberta-large",
-    "minilm": "sentence-transformers/all-MiniLM-L6-v2",
-    "minilm_sre": "pkg:sre_embedding_model/model_weights",
-}
 
 
 def cell_config(config: ml_collections.ConfigDict, model: str, task: str
@@ -60,12 +54,11 @@ def cell_dir(path: str, model: str, task: str) -> str:
 
 def run_suite(config: ml_collections.ConfigDict, path: str) -> dict:
   """Runs every cell, then writes the report over all of them."""
-  from papa_jax import run  # pylint: disable=import-outside-toplevel
   grid = cells(config)
   if not grid:
-    raise config_schema.ConfigError("suite.models and suite.tasks must both be non-empty.")
+    raise ConfigError("suite.models and suite.tasks must both be non-empty.")
   for model, task in grid:  # Every cell's static checks before any work.
-    config_schema.validate(cell_config(config, model, task))
+    run.check_config(cell_config(config, model, task))
   t0 = time.perf_counter()
   for i, (model, task) in enumerate(grid):
     logging.info("suite: cell %d/%d (%s on %s); %.0fs so far.", i + 1, len(grid), model, task,
@@ -76,10 +69,10 @@ def run_suite(config: ml_collections.ConfigDict, path: str) -> dict:
 
 def finished_cells(path: str) -> list[str]:
   """Sub-workdirs of `path` holding a finished probe stage (or `path` itself)."""
-  if os.path.exists(os.path.join(path, "results.json")):
+  if os.path.exists(Layout(path).results()):
     return [path]
   return sorted(os.path.join(path, d) for d in os.listdir(path)
-                if os.path.exists(os.path.join(path, d, "results.json")))
+                if os.path.exists(Layout(os.path.join(path, d)).results()))
 
 
 def _display(model_name: str) -> str:
@@ -91,42 +84,36 @@ def _display(model_name: str) -> str:
 
 def load_experiment(path: str, model: str | None = None) -> report.Experiment:
   """A finished workdir as a `report.Experiment` (predictions, scores, means, gates)."""
-  cfg = ml_collections.ConfigDict(workdir.read_json(os.path.join(path, "config.json")))
-  res = workdir.read_json(os.path.join(path, "results.json"))
+  wd = reader.read_workdir(path)
+  cfg = ml_collections.ConfigDict(wd.config)
   try:
     task = data_lib.resolve_task(cfg.data)
   except (ValueError, OSError):  # Data moved since: the saved label names suffice.
     task = data_lib.get_task(cfg.data.task)
+  rows = wd.rows
+  if not rows:
+    raise ValueError(f"{wd.layout.results()} has no probing runs to report on.")
+  if any("seed" not in r for r in rows):
+    raise ValueError(f"{wd.layout.results()}: rows without a 'seed' field come from papa-jax "
+                     "before per-seed results and predictions; rerun the experiment with "
+                     "this version to compare or report it.")
   predictions: dict = {}
   scores: dict = {}
   labels = None
-  if any("seed" not in r for r in res["rows"]):
-    raise ValueError(f"{path}/results.json: rows without a 'seed' field come from papa-jax "
-                     "before per-seed results and predictions; rerun the experiment with "
-                     "this version to compare or report it.")
-  for r in res["rows"]:
+  for r in rows:
     key = (r["variant"], r["static_heads"])
     scores.setdefault(key, {})[r["seed"]] = r["score"]
-    run_dir = os.path.join(path, "probe", f"{r['variant']}_k{r['static_heads']}_s{r['seed']}")
-    pred_path = os.path.join(run_dir, "predictions.npz")
-    if os.path.exists(pred_path):
-      with np.load(pred_path) as z:
-        predictions.setdefault(key, {})[r["seed"]] = z["predictions"]
-        if labels is None:
-          labels = z["labels"]
-  means_path = os.path.join(path, "means", "means_raw.npz")
-  sort_dir = os.path.join(path, "sort")
-  gates = ranking = None
-  if os.path.exists(os.path.join(sort_dir, "sorted_heads.json")):
-    gates = np.load(os.path.join(sort_dir, "lambdas.npy"))
-    ranking = workdir.read_json(os.path.join(sort_dir, "sorted_heads.json"))
-  rows = res["rows"]
+    saved = wd.predictions(r["variant"], r["static_heads"], r["seed"])
+    if saved is not None:
+      predictions.setdefault(key, {})[r["seed"]] = saved["predictions"]
+      labels = saved["labels"] if labels is None else labels
+  raw = wd.means.get("raw")
   return report.Experiment(
       model=model or _display(cfg.model.name), task=task, total_heads=rows[0]["total_heads"],
       labels=labels, predictions=predictions, scores=scores,
-      means=means_lib.load_means(means_path).avgs if os.path.exists(means_path) else None,
-      gates=gates, ranking=ranking, train_examples=rows[0]["examples"],
-      eval_examples=rows[0]["eval_examples"], seeds=tuple(res.get("seeds", ())))
+      means=raw.avgs if raw is not None else None, gates=wd.lambdas, ranking=wd.ranking,
+      train_examples=rows[0]["examples"], eval_examples=rows[0]["eval_examples"],
+      seeds=wd.seeds)
 
 
 def report_from_workdirs(paths: Sequence[str], out_dir: str, *, n_boot: int = 1000,
@@ -138,12 +125,12 @@ def report_from_workdirs(paths: Sequence[str], out_dir: str, *, n_boot: int = 10
     model = name.split(CELL_SEPARATOR)[0] if CELL_SEPARATOR in name else None
     experiments.append(load_experiment(p, model))
   if not experiments:
-    raise config_schema.ConfigError("No finished experiment (results.json) to report on.")
+    raise ConfigError("No finished experiment (results.json) to report on.")
   return report.write_report(experiments, out_dir, n_boot=n_boot, seed=seed, level=level)
 
 
 def write(config: ml_collections.ConfigDict, path: str) -> dict:
-  """`stage=report`: the report over the finished cells under `path`."""
+  """The `report` command: the report over the finished cells under `path`."""
   done = finished_cells(path)
   if "suite" in config:
     want = {cell_dir(path, m, t) for m, t in cells(config)}
@@ -152,7 +139,7 @@ def write(config: ml_collections.ConfigDict, path: str) -> dict:
       logging.warning("report: %d cells are not finished and are left out: %s", len(missing),
                       ", ".join(os.path.basename(m) for m in missing))
   r = config.report
-  paths = report_from_workdirs(done, os.path.join(path, "report"), n_boot=r.n_boot,
+  paths = report_from_workdirs(done, Layout(path).report_dir, n_boot=r.n_boot,
                                seed=r.seed, level=r.level)
   logging.info("report over %d experiments -> %s", len(done), paths["md"])
   return paths

@@ -23,7 +23,7 @@ from absl import logging
 
 from papa_jax import attention as attn
 from papa_jax import checkpoint as ckpt_lib
-from papa_jax import parallel, preemption, probes
+from papa_jax import metrics, parallel, preemption, probes
 from papa_jax.data import pipeline
 from papa_jax.models.config import EncoderConfig
 from papa_jax.models.encoder import DTYPES, Encoder
@@ -163,6 +163,27 @@ class FitConfig:
   checkpoint_dir: str = ""
   fingerprint: str = ""
   checkpoint_every_steps: int = 0
+
+  @classmethod
+  def from_config(cls, config, epochs: int, seed: int, checkpoint_dir: str,
+                  fingerprint: str) -> FitConfig:
+    """A run's settings from the experiment config (`probe` and `run` groups)."""
+    return cls(epochs=epochs, batch_size=config.probe.batch_size,
+               eval_batch_size=config.run.batch_size, seed=seed,
+               log_every_steps=config.run.log_every_steps, checkpoint_dir=checkpoint_dir,
+               fingerprint=fingerprint, checkpoint_every_steps=config.run.checkpoint_every_steps)
+
+
+def probe_module(task, model_config: EncoderConfig, probe_config) -> nn.Module:
+  """The task's probe for this encoder (`config.probe.probe_dropout` < 0: the checkpoint's)."""
+  p = probe_config.probe_dropout
+  rate = p if p >= 0 else model_config.probe_dropout
+  return probes.make_probe(task.kind, task.num_labels, model_config.hidden_size, rate)
+
+
+def scorer(task, labels: np.ndarray) -> Callable[[np.ndarray], dict]:
+  """Scores probe outputs (logits) against `labels` with every metric of `task`."""
+  return lambda logits: metrics.task_scores(task, logits, labels)
 
 
 def resident_table(data, mesh) -> dict | None:

@@ -1,11 +1,12 @@
-"""The workdir: fingerprints, atomic writes, binding to one config, provenance.
+"""The workdir: fingerprints, atomic writes, binding to one config, a lock, provenance.
 
 Every file a stage writes goes through `atomic_write` (a temporary file in the
 same directory, then `os.replace`), so a killed run never leaves a truncated
-result behind. A workdir is bound to the result fields that its finished work depends on
-(`FINISHED`; e.g. PAPA runs do not depend on the `effective` group): a
-workdir holding no finished work yet is rebound freely, so a run that failed
-on a data error does not lock its workdir to the broken config.
+result behind. A workdir is bound to the result fields that its finished work
+depends on (each stage's finished outputs and groups, `registry.finished_outputs`;
+e.g. PAPA runs do not depend on the `effective` group): a workdir holding no
+finished work yet is rebound freely, so a run that failed on a data error does
+not lock its workdir to the broken config. Paths are `layout.Layout`'s.
 """
 
 from __future__ import annotations
@@ -19,29 +20,14 @@ import json
 import os
 import shutil
 import socket
-from typing import IO, Any, Iterator
+from typing import IO, Any, Iterator, Mapping, Sequence
 
 import ml_collections
 from absl import logging
 
-from papa_jax import config_schema
-
-CONFIG_FILE = "config.json"
-# Outputs of finished work; their presence binds the workdir to its config.
-RESULT_DIRS = ("means", "sort", "probe", "effective", "finetune", "linguistic", "ablation")
-RESULT_FILES = ("results.json", "results.csv", "results.md", "papa_curve.png")
-# Finished outputs and the config groups they depend on.
-FINISHED = {
-    "means/means_*.npz": config_schema.PAPA_GROUPS,
-    "sort/sorted_heads.json": config_schema.PAPA_GROUPS,
-    "probe/*/result.json": config_schema.PAPA_GROUPS,
-    "results.json": config_schema.PAPA_GROUPS,
-    "effective/stats.json": config_schema.EFFECTIVE_GROUPS,
-    "finetune/stats.json": config_schema.EFFECTIVE_GROUPS,
-    "linguistic/stats.json": config_schema.EFFECTIVE_GROUPS,
-    "ablation/*.npz": config_schema.RESULT_GROUPS,
-    "ablation/stats.json": config_schema.RESULT_GROUPS,
-}
+from papa_jax import attention, config_schema, cpu_tuning
+from papa_jax.errors import ConfigError
+from papa_jax.layout import RESULT_FILES, Layout
 
 
 def fingerprint(obj: Any) -> str:
@@ -95,56 +81,66 @@ def read_json(path: str) -> Any:
     return json.load(f)
 
 
-def bound_groups(workdir: str) -> set[str]:
-  """The config groups the finished work here depends on (partial sums do not count)."""
+def bound_groups(workdir: str, finished: Mapping[str, tuple[str, ...]]) -> set[str]:
+  """The config groups the finished work here depends on (partial sums do not count).
+
+  `finished` maps glob patterns of finished outputs to their groups
+  (`registry.finished_outputs()`).
+  """
   groups: set[str] = set()
-  for pattern, deps in FINISHED.items():
+  for pattern, deps in finished.items():
     if any(not p.endswith(".partial.npz") for p in glob.glob(os.path.join(workdir, pattern))):
       groups.update(deps)
   return groups
 
 
-def has_finished_work(workdir: str) -> bool:
-  return bool(bound_groups(workdir))
-
-
 def prepare(workdir: str) -> None:
   """Creates `workdir`, or says clearly why it cannot be one."""
   if os.path.exists(workdir) and not os.path.isdir(workdir):
-    raise config_schema.ConfigError(
+    raise ConfigError(
         f"--workdir={workdir} exists and is not a directory; give a directory path.")
   try:
     os.makedirs(workdir, exist_ok=True)
   except OSError as e:
-    raise config_schema.ConfigError(f"Cannot create --workdir={workdir}: {e}.") from e
+    raise ConfigError(f"Cannot create --workdir={workdir}: {e}.") from e
 
 
-def bind(config: ml_collections.ConfigDict, workdir: str, *, main_process: bool = True) -> None:
+def bind(config: ml_collections.ConfigDict, workdir: str, *,
+         finished: Mapping[str, tuple[str, ...]], output_dirs: Sequence[str] = (),
+         main_process: bool = True) -> None:
   """Refuses a workdir whose finished work came from other result fields.
+
+  Args:
+    config: this run's config.
+    workdir: the workdir.
+    finished: finished-output glob -> config groups (`registry.finished_outputs()`).
+    output_dirs: the stages' folders, removed with the results under `config.overwrite`.
+    main_process: only the main process writes.
 
   With `config.overwrite`, the other config's results are removed instead.
   """
-  path = os.path.join(workdir, CONFIG_FILE)
+  layout = Layout(workdir)
+  path = layout.config
   mine = config_schema.result_config(config)
   if os.path.exists(path):
-    theirs = config_schema.result_config(ml_collections.ConfigDict(read_json(path)))
-    bound = bound_groups(workdir)
+    theirs = config_schema.result_config(config_schema.migrate(read_json(path)))
+    bound = bound_groups(workdir, finished)
     diff = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k)
                   and k.split(".")[0] in bound)
     if diff:
       if not config.overwrite:
         details = "; ".join(f"{k}: {theirs.get(k)!r} -> {mine.get(k)!r}" for k in diff[:8])
-        raise config_schema.ConfigError(
+        raise ConfigError(
             f"Workdir {workdir} holds results of a different config ({details}). "
             "Use another --workdir, or --config.overwrite=True to replace them.")
       if main_process:
         logging.warning("overwrite=True: removing results of the previous config in %s.",
                         workdir)
-        for name in RESULT_DIRS + ("cache",):
-          shutil.rmtree(os.path.join(workdir, name), ignore_errors=True)
+        for name in tuple(output_dirs) + ("cache",):
+          shutil.rmtree(layout.path(name), ignore_errors=True)
         for name in RESULT_FILES:
           with contextlib.suppress(FileNotFoundError):
-            os.remove(os.path.join(workdir, name))
+            os.remove(layout.path(name))
     elif mine != theirs:
       logging.info("%s held other result fields that no finished work here depends on; "
                    "rebinding the workdir.", path)
@@ -152,10 +148,7 @@ def bind(config: ml_collections.ConfigDict, workdir: str, *, main_process: bool 
     write_json(path, json.loads(config.to_json_best_effort()))
 
 
-LOCK_FILE = ".lock"
-
-
-class WorkdirLocked(config_schema.ConfigError):
+class WorkdirLocked(ConfigError):
   """Another live run holds the workdir."""
 
 
@@ -168,7 +161,7 @@ def lock(workdir: str) -> Iterator[None]:
   is taken over with a log line. (On a filesystem without working `flock`
   across hosts, runs on different hosts are not kept apart.)
   """
-  path = os.path.join(workdir, LOCK_FILE)
+  path = Layout(workdir).lock
   f = open(path, "a+")  # pylint: disable=consider-using-with
   try:
     fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -227,11 +220,17 @@ def git_revision() -> str | None:
   return rev.stdout.strip() + ("-dirty" if dirty else "") if rev.returncode == 0 else None
 
 
+# Environment variables of this project that can change numbers (`cpu_tuning`, `attention`).
+NUMERIC_ENV = ("PAPA_CPU_TUNING", "PAPA_FUSED_ATTENTION")
+
+
 def provenance() -> dict[str, Any]:
-  """Versions, git revision, JAX topology, CPU and XLA flags, saved with every result."""
+  """Versions, git revision, JAX topology, CPU, XLA flags and the settings that change
+  numbers (environment variables, fused attention), saved with every result."""
   import jax  # pylint: disable=import-outside-toplevel
-  from papa_jax import cpu_tuning  # pylint: disable=import-outside-toplevel
   return dict(versions=package_versions(), git_revision=git_revision(),
               backend=jax.default_backend(), devices=jax.device_count(),
               processes=jax.process_count(), cpu=cpu_tuning.cpu_info(),
-              xla_flags=os.environ.get("XLA_FLAGS", ""))
+              xla_flags=os.environ.get("XLA_FLAGS", ""),
+              env={k: os.environ[k] for k in NUMERIC_ENV if k in os.environ},
+              fused_attention=attention.use_fused_attention())

@@ -24,7 +24,8 @@ def test_config_papa_grid_cell(model, task):
   c = importlib.import_module("configs.papa").get_config(f"model={model},task={task}")
   config_schema.validate(c)
   assert (c.model.name, c.data.task) == (base.MODELS[model], task)
-  assert c.data.max_length == base.MAX_LENGTH.get(task, 128)
+  # The task table's rule: one sentence 64 (PAPA layout), pairs 128, tagging 64.
+  assert c.data.max_length == {"mrpc": 128, "qnli": 128, "mnli": 128}.get(task, 64)
 
 
 def test_config_documented_alias_equals_the_grid_cell():
@@ -50,7 +51,7 @@ def test_config_result_fields_are_structural():
   fields = config_schema.result_config(c)
   assert "probe.learning_rate" in fields and "data.max_length" in fields
   for volatile in ("stage", "overwrite", "run.batch_size", "papa.fractions", "papa.seeds",
-                   "run.distributed.enabled"):
+                   "run.distributed.enabled", "figures.layer", "figures.example_index"):
     assert volatile not in fields
   c.unlock()
   c.newgroup = dict(x=1)  # A group the schema does not classify is refused.
@@ -64,3 +65,13 @@ def test_config_variants_accept_the_comma_form():
   assert config_schema.variants(c) == ("effective", "raw")
   c.papa.variants = ("effective",)
   assert config_schema.variants(c) == ("raw", "effective")
+
+
+def test_config_of_an_earlier_version_reads_with_moved_fields():
+  old = base.get_config().to_dict()
+  old["effective"].update(other_model="x", ablations=["uniform"], figure_layer=2)
+  for moved in ("finetune", "ablation", "figures"):
+    del old[moved]
+  new = config_schema.migrate(old)
+  assert new["finetune"]["other_model"] == "x" and new["ablation"]["kinds"] == ["uniform"]
+  assert new["figures"]["layer"] == 2 and "other_model" not in new["effective"]

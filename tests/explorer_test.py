@@ -20,7 +20,7 @@ import pytest
 from configs import base
 from papa_jax import attention, convert, run
 from papa_jax import data as data_lib
-from papa_jax.analysis import effective
+from papa_jax import effective
 from papa_jax.explorer import ExplorerConfig, collect, pack, write_explorer
 from papa_jax.models.config import EncoderConfig
 from papa_jax.models.encoder import init_params
@@ -157,6 +157,7 @@ def tiny_page(browser, tiny):
   page.page.close()
 
 
+@pytest.mark.slow
 def test_page_renders_every_view_without_errors(tiny_page, tiny, tmp_path, capsys):
   p = tiny_page
   with capsys.disabled():
@@ -174,6 +175,7 @@ def test_page_renders_every_view_without_errors(tiny_page, tiny, tmp_path, capsy
   assert not p.errors, p.errors
 
 
+@pytest.mark.slow
 def test_clicking_a_cell_changes_the_large_view(tiny_page):
   p = tiny_page
   before = p.js("document.getElementById('big').toDataURL()")
@@ -186,6 +188,7 @@ def test_clicking_a_cell_changes_the_large_view(tiny_page):
   assert not p.errors, p.errors
 
 
+@pytest.mark.slow
 def test_slider_marks_the_scheduled_heads_constant(tiny_page, tiny):
   p = tiny_page
   ranking = json.load(open(os.path.join(tiny["wd"], "sort", "sorted_heads.json")))
@@ -202,6 +205,7 @@ def test_slider_marks_the_scheduled_heads_constant(tiny_page, tiny):
   assert not p.errors, p.errors
 
 
+@pytest.mark.slow
 def test_search_filters_the_examples(tiny_page):
   p = tiny_page
   items = p.page.locator(".example-item")
@@ -220,6 +224,7 @@ def test_search_filters_the_examples(tiny_page):
   assert not p.errors, p.errors
 
 
+@pytest.mark.slow
 def test_page_numbers_come_from_the_workdir(tiny_page, tiny, minilm):
   p, wd = tiny_page, tiny["wd"]
   avgs = means_lib.load_means(os.path.join(wd, "means", "means_raw.npz")).avgs
@@ -267,6 +272,26 @@ def test_page_numbers_come_from_the_workdir(tiny_page, tiny, minilm):
   assert not p.errors, p.errors
 
 
+@pytest.mark.slow
+def test_page_warns_about_the_model_only_when_it_differs(browser, tiny, tmp_path):
+  """The workdir's own page, opened as a new user would (the model loaded from its
+  config), shows no model warning; a page with another model's examples shows it, in red."""
+  pytest.importorskip("sre_embedding_model")
+  warning = "not the one the means were computed with"
+  own = Page(browser, write_explorer(tiny["wd"], examples=(0,), max_examples=1,
+                                     path=str(tmp_path / "own.html")))
+  assert not [w for w in own.js("papaExplorer.data.meta.warnings") if warning in w]
+  assert own.page.locator(".warn", has_text=warning).count() == 0
+  other = convert.load_pretrained("pkg:sre_embedding_model/model_weights")
+  page = Page(browser, write_explorer(tiny["wd"], examples=(0,), max_examples=1, model=other,
+                                      path=str(tmp_path / "other.html")))
+  shown = page.page.locator(".warn", has_text=warning)
+  assert shown.count() == 1 and shown.first.is_visible()
+  assert shown.first.evaluate("e => getComputedStyle(e).color") == "rgb(170, 51, 51)"
+  own.page.close()
+  page.page.close()
+
+
 # ---- a large model ----
 
 def synthetic_workdir(wd: str, data_cfg: dict, layers: int, heads: int, L: int, seed: int = 0):
@@ -312,6 +337,7 @@ def random_params(config: EncoderConfig, seed: int):
   return jax.tree_util.tree_map_with_path(leaf, shapes)
 
 
+@pytest.mark.slow
 def test_large_model_page_stays_responsive(browser, tiny, tmp_path, minilm, capsys):
   L, layers, heads = 128, 24, 16
   cfg = EncoderConfig(vocab_size=minilm.config.vocab_size, hidden_size=64,

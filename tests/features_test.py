@@ -17,6 +17,7 @@ def small(minilm_tokenizer, sst2_dir):
   return task, enc(recs[:80]), enc(recs[80:120])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("static", [False, True])
 @pytest.mark.parametrize("cache_dir", [False, True])
 def test_cached_probe_equals_uncached(minilm, small, static, cache_dir, tmp_path):

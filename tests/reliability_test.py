@@ -20,6 +20,8 @@ from tests.testing import require_shared
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MAIN = os.path.join(ROOT, "launch", "main.py")
 
+pytestmark = pytest.mark.slow  # Whole runs in subprocesses, several processes at once.
+
 
 def _args(workdir, tfds_dir, extra=()):
   """A quickstart-sized run small enough for CI, slow enough to kill mid-stage."""
@@ -259,6 +261,8 @@ def test_multiprocess_whole_pipeline_equals_single_process(tmp_path, minilm):
     ("--config.probe.lerning_rate=1e-3", "lerning_rate"),
     ("--config.probe.epochs=many", "epochs"),
     ("--config.data.max_length=1.5", "max_length"),
+    ("--config.effective.other_model=x", "renamed: use --config.finetune.other_model"),
+    ("--config.effective.figure_head=2", "renamed: use --config.figures.head"),
 ])
 def test_invalid_launcher_config_flags_fail(flag, message, tmp_path):
   out = subprocess.run([sys.executable, MAIN, "--config=" + os.path.join(ROOT, "configs", "quickstart.py"),

@@ -206,3 +206,18 @@ def test_json_has_no_nan(written):
   assert "NaN" not in text and "Infinity" not in text
   assert math.isclose(json.loads(text)["model_averages"][0]["mean_relative_drop"],
                       (2 / 9 + 9 / 17) / 2)
+
+
+def test_results_relative_drop_is_the_reports_and_undefined_for_a_non_positive_baseline():
+  """results.md and report.md use one `relative_drop`: NaN (shown as a dash) when the
+  baseline is <= 0, e.g. an MCC of 0 for a probe stuck on the majority class."""
+  from papa_jax import results
+  rows = [dict(model="m", task="cola", variant="raw", static_heads=k, total_heads=4,
+               fraction=k / 4, seed=42, metric="matthews_correlation", score=s, best_score=s,
+               seconds=1.0) for k, s in ((0, 0.0), (2, 0.1), (4, -0.05))]
+  summary = results.summary_rows(rows)[0]
+  assert np.isnan(summary["relative_drop"])
+  assert "| matthews_correlation | 0.0000 | -0.0500 | – |" in results.markdown(rows)
+  rows[0]["score"] = 0.5
+  assert results.summary_rows(rows)[0]["relative_drop"] == pytest.approx(
+      uncertainty.relative_drop(0.5, -0.05)) == pytest.approx(1.1)

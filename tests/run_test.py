@@ -22,6 +22,7 @@ def finished(tmp_path_factory, minilm):
   return tmp, wd, rows
 
 
+@pytest.mark.slow
 def test_run_end_to_end_writes_readable_results(finished):
   _, wd, rows = finished
   assert [r["static_heads"] for r in rows] == [0, 36, 72]
@@ -42,6 +43,7 @@ def test_run_end_to_end_writes_readable_results(finished):
   assert "| raw | 36/72 |" in open(os.path.join(wd, "results.md")).read()
 
 
+@pytest.mark.slow
 def test_run_results_load_back_through_the_api(finished):
   import papa_jax as pj
   _, wd, rows = finished
@@ -55,6 +57,7 @@ def test_run_results_load_back_through_the_api(finished):
   assert acc == pytest.approx(rows[0]["score"])  # The saved predictions give the score.
 
 
+@pytest.mark.slow
 def test_run_rerun_reuses_finished_work(finished):
   tmp, wd, rows = finished
   again = run.run(tiny_config(tmp), wd)
@@ -62,12 +65,14 @@ def test_run_rerun_reuses_finished_work(finished):
   assert [r["seconds"] for r in again] == [r["seconds"] for r in rows]  # Loaded, not re-run.
 
 
+@pytest.mark.slow
 def test_invalid_workdir_of_another_config_is_refused(finished):
   tmp, wd, _ = finished
   with pytest.raises(run.ConfigError, match=r"different config.*probe.learning_rate"):
     run.run(tiny_config(tmp, **{"probe.learning_rate": 1e-3}), wd)
 
 
+@pytest.mark.slow
 def test_run_extending_fractions_reuses_finished_runs(finished, tmp_path):
   tmp, wd, rows = finished
   other = str(tmp_path / "wd_more")
@@ -78,6 +83,7 @@ def test_run_extending_fractions_reuses_finished_runs(finished, tmp_path):
   assert all(r["seconds"] == done[r["static_heads"]] for r in more if r["static_heads"] in done)
 
 
+@pytest.mark.slow
 def test_invalid_max_length_differs_from_saved_means(finished, tmp_path):
   tmp, wd, _ = finished
   other = tmp_path / "wd2"
@@ -86,6 +92,7 @@ def test_invalid_max_length_differs_from_saved_means(finished, tmp_path):
     run.run(tiny_config(tmp, **{"data.max_length": 16, "stage": "probe"}), str(other))
 
 
+@pytest.mark.slow
 def test_invalid_means_from_another_model(finished, tmp_path):
   import importlib.util
   spec = importlib.util.find_spec("sre_embedding_model")
@@ -117,6 +124,7 @@ def test_invalid_config_values_fail_fast(tmp_path):
     run.run(tiny_config(tmp_path, **{"papa.variants": ("raw", "fancy")}), str(tmp_path / "e"))
 
 
+@pytest.mark.slow
 def test_run_end_to_end_ner_token_tagging(tmp_path, minilm):
   del minilm
   c = tiny_config(tmp_path, **{"data.task": "ner", "data.max_length": 24,
@@ -128,6 +136,7 @@ def test_run_end_to_end_ner_token_tagging(tmp_path, minilm):
   assert not os.path.exists(tmp_path / "ner" / "sort" / "sorted_heads.json")  # Not needed.
 
 
+@pytest.mark.slow
 def test_run_failed_on_a_data_error_then_fixed_runs_in_the_same_workdir(tmp_path, minilm):
   del minilm
   bad = tmp_path / "bad"

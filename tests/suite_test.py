@@ -11,13 +11,15 @@ import numpy as np
 import pytest
 
 from configs import suite as suite_config
-from papa_jax import features, run, suite
+from papa_jax import commands, features, suite
 from tests.testing import override, require_shared
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = {"data.max_train_examples": 48, "data.max_eval_examples": 32, "run.batch_size": 16,
         "papa.fractions": (0.0, 0.5, 1.0), "probe.epochs": 1, "sort.epochs": 1,
         "sort.max_train_examples": -1, "run.log_every_steps": 2}
+
+pytestmark = pytest.mark.slow  # Whole suites end to end (one in a subprocess).
 
 
 def tiny_suite(models="minilm+minilm_sre", tasks="sst2"):
@@ -41,7 +43,7 @@ def finished_suite(tmp_path_factory, minilm):
     return real(*args, **kwargs)
   features.compute = counting
   try:
-    paths = run.run(tiny_suite(), path)
+    paths = commands.main(tiny_suite(), path)
   finally:
     features.compute = real
   return path, paths, calls

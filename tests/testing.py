@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import ml_collections
 import pytest
 
@@ -18,6 +20,41 @@ def require_shared(*parts: str):
     pytest.skip(f"{path} not found: set PAPA_SHARED to the shared data folder "
                 "(see README, Tests).")
   return path
+
+
+def analysis_means(analysis, model, arrays, *, params=None, devices: int = 1,
+                   batch_size: int | None = None) -> dict:
+  """A per-head analysis's finalized means over `arrays` (an `Encoded` split's arrays
+  plus the analysis's inputs), through the runner on a mesh of `devices` CPUs."""
+  from papa_jax import parallel  # pylint: disable=import-outside-toplevel
+  from papa_jax import runner  # pylint: disable=import-outside-toplevel
+  n = len(arrays["input_ids"])
+  totals = runner.sum_pass(analysis.stats, analysis.capture, model.config,
+                           params or (model.params,), arrays, parallel.make_mesh(devices),
+                           batch_size=batch_size or -(-n // devices) * devices)
+  return analysis.finalize(totals)
+
+
+@contextlib.contextmanager
+def sigterm_during_batch(monkeypatch, n: int):
+  """SIGTERM (a preemption request) while the runner adds its n-th batch, once; yields
+  the list the runner's added batches are counted in (clear it to count a rerun's)."""
+  from papa_jax import preemption  # pylint: disable=import-outside-toplevel
+  from papa_jax import runner  # pylint: disable=import-outside-toplevel
+  added, real, armed = [], runner._add, [True]  # pylint: disable=protected-access
+
+  def add(totals, sums):
+    real(totals, sums)
+    added.append(None)
+    if armed[0] and len(added) == n:
+      armed[0] = False
+      preemption._requested.set()  # pylint: disable=protected-access
+  monkeypatch.setattr(runner, "_add", add)
+  try:
+    yield added
+  finally:
+    preemption.reset()
+    monkeypatch.setattr(runner, "_add", real)
 
 
 def optimizer_config(**overrides) -> ml_collections.ConfigDict:

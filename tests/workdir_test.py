@@ -3,38 +3,41 @@
 import errno
 import json
 import os
+import pathlib
 import subprocess
 import sys
-import time
 
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from configs import quickstart
-from papa_jax import checkpoint, config_schema, features, workdir
+from papa_jax import checkpoint, features, registry, resume, workdir
+from papa_jax.errors import ConfigError
+from papa_jax.layout import Layout
 from papa_jax.papa import means as means_lib
 
 
 def test_invalid_workdir_that_is_a_file(tmp_path):
   path = tmp_path / "results.txt"
   path.write_text("x")
-  with pytest.raises(config_schema.ConfigError, match="exists and is not a directory"):
+  with pytest.raises(ConfigError, match="exists and is not a directory"):
     workdir.prepare(str(path))
 
 
 def test_workdir_without_finished_work_is_not_bound(tmp_path):
   a, b = quickstart.get_config(), quickstart.get_config()
   b.data.data_dir = "/fixed/path"
-  workdir.bind(a, str(tmp_path))
-  workdir.bind(b, str(tmp_path))  # No finished work yet: rebinding is fine.
+  bind = lambda c: workdir.bind(c, str(tmp_path), finished=registry.finished_outputs())
+  bind(a)
+  bind(b)  # No finished work yet: rebinding is fine.
   assert json.load(open(tmp_path / "config.json"))["data"]["data_dir"] == "/fixed/path"
   (tmp_path / "means").mkdir()
   (tmp_path / "means" / "means_raw.partial.npz").write_bytes(b"")
-  workdir.bind(a, str(tmp_path))  # Partial sums are not finished work either.
+  bind(a)  # Partial sums are not finished work either.
   (tmp_path / "means" / "means_raw.npz").write_bytes(b"")
-  with pytest.raises(config_schema.ConfigError, match="different config.*data.data_dir"):
-    workdir.bind(b, str(tmp_path))
+  with pytest.raises(ConfigError, match="different config.*data.data_dir"):
+    bind(b)
 
 
 _HOLD = """
@@ -61,10 +64,10 @@ def test_lock_second_run_is_refused_naming_the_first_then_stale_lock_taken_over(
   finally:
     holder.kill()  # SIGKILL: the lock file still names the dead run.
     holder.wait()
-  assert str(holder.pid) in (tmp_path / workdir.LOCK_FILE).read_text()
+  assert str(holder.pid) in pathlib.Path(Layout(str(tmp_path)).lock).read_text()
   with caplog.at_level("WARNING"):
     with workdir.lock(str(tmp_path)):
-      assert str(os.getpid()) in (tmp_path / workdir.LOCK_FILE).read_text()
+      assert str(os.getpid()) in pathlib.Path(Layout(str(tmp_path)).lock).read_text()
   assert "stale lock" in caplog.text and str(holder.pid) in caplog.text
   with workdir.lock(str(tmp_path)):  # Released cleanly: no warning the second time.
     pass
@@ -102,17 +105,16 @@ def _fill_disk_after(monkeypatch, limit):
 
 
 def test_full_disk_while_writing_means_leaves_the_last_good_state(tmp_path, monkeypatch):
-  state = means_lib.MeansState(np.ones((2, 3, 4, 4)), np.ones((4, 4)), 5, 80)
   path = str(tmp_path / "means_raw.partial.npz")
-  means_lib.save_partial(path, state, "key")
+  resume.save(path, "key", 5, {"sum/attention": np.ones((2, 3, 4, 4))})
   _fill_disk_after(monkeypatch, 100)
-  later = means_lib.MeansState(np.full((2, 3, 4, 4), 2.0), np.ones((4, 4)), 9, 144)
+  later = means_lib.MeansState(np.full((2, 3, 4, 4), 2.0), np.ones((4, 4)), 144)
   with pytest.raises(workdir.WriteError, match="means_raw.partial.npz.*No space left.*intact"):
-    means_lib.save_partial(path, later, "key")
+    resume.save(path, "key", 9, {"sum/attention": later.sums})
   with pytest.raises(workdir.WriteError, match="means_raw.npz"):
     means_lib.save_means(str(tmp_path / "means_raw.npz"), later, {})
-  back = means_lib.load_partial(path, "key")
-  assert back.next_batch == 5 and np.all(back.sums == 1.0)
+  back = resume.load(path, "key")
+  assert back.position == 5 and np.all(back.arrays["sum/attention"] == 1.0)
   assert sorted(os.listdir(tmp_path)) == ["means_raw.partial.npz"]  # No temporary left.
 
 
@@ -153,3 +155,15 @@ def test_full_disk_before_a_feature_cache_is_filled(tmp_path, monkeypatch):
   with pytest.raises(workdir.WriteError, match="No space left"):
     features._open_memmap(str(tmp_path / "f.npy.tmp-1"), (1000, 7, 64, 384), np.dtype("u2"))
   assert not os.listdir(tmp_path)
+
+
+def test_provenance_records_the_settings_that_change_numbers(monkeypatch):
+  monkeypatch.delenv("PAPA_CPU_TUNING", raising=False)
+  monkeypatch.setenv("PAPA_FUSED_ATTENTION", "0")
+  p = workdir.provenance()
+  assert p["env"] == {"PAPA_FUSED_ATTENTION": "0"} and p["fused_attention"] is False
+  monkeypatch.setenv("PAPA_FUSED_ATTENTION", "1")
+  monkeypatch.setenv("PAPA_CPU_TUNING", "off")
+  p = workdir.provenance()
+  assert p["env"] == {"PAPA_CPU_TUNING": "off", "PAPA_FUSED_ATTENTION": "1"}
+  assert p["fused_attention"] is True and "xla_flags" in p and p["cpu"]["kind"]

@@ -8,27 +8,36 @@ replaced, on every dev example, by
   * "effective": its effective attention (which leaves the layer's output
     unchanged by construction, A_eff V = A V: a check, not an intervention),
 and the same probe re-scores the task. The ablations differ only in the
-override, which is data (`AttentionOverride.ablate`): the dev set is expanded
-to (example, head) rows, batched over the mesh, and the encoder starts at the
-ablated layer from the cached hidden states, so layers before it are never
-recomputed. One compiled program per (replacement, layer).
+intervention, which is data (`interventions.HeadAblation`): the dev set is
+expanded to (example, head) rows, batched over the mesh, and the encoder starts
+at the ablated layer from the cached hidden states, so layers before it are
+never recomputed. One compiled program per (replacement, layer).
+
+The `ablation` stage writes `workdir/ablation/stats.json` and `stats.csv`
+(`change_<kind>`: the score change per layer x head), `score_change.png`, and
+resumes per (replacement, layer) from `ablation/partial.partial.npz`.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
+from absl import logging
 
-from papa_jax import parallel
+from papa_jax import features, metrics, parallel, resume, train
+from papa_jax.analysis import figures, output
 from papa_jax.attention import AttentionOverride
+from papa_jax.interventions import ABLATIONS as KINDS
+from papa_jax.interventions import HeadAblation
 from papa_jax.models.config import EncoderConfig
 from papa_jax.models.encoder import Encoder
-
-KINDS = ("uniform", "constant", "effective")
+from papa_jax.papa import means
+from papa_jax.stage import Setup, Stage
 
 
 def rows(data, num_heads: int, examples: np.ndarray) -> dict[str, np.ndarray]:
@@ -52,8 +61,9 @@ def make_ablated_logits(config: EncoderConfig, probe: nn.Module, kind: str, laye
   def fn(frozen, batch):
     enc, probe_params, hidden, constants = frozen
     mask = batch["attention_mask"]
-    ov = AttentionOverride.ablate(kind, jnp.full_like(batch["head"], layer), batch["head"],
-                                  constants if kind == "constant" else None)
+    ov = AttentionOverride.intervene(HeadAblation(
+        jnp.full_like(batch["head"], layer), batch["head"],
+        constants if kind == "constant" else None, kind=kind))
     before = hidden[batch["example"]]  # [R, K, L, D]
     out = module.apply({"params": enc}, batch["input_ids"], mask, batch["token_type_ids"],
                        override=ov, start_layer=layer, start_hidden=before[:, layer])
@@ -97,3 +107,79 @@ def rank_agreement(drop: np.ndarray, gates: np.ndarray, fraction: float = 0.5) -
   return dict(spearman=float(res.statistic), p_value=float(res.pvalue), heads=len(d),
               least_important=k, overlap=len(least_ablation & least_papa),
               overlap_expected_by_chance=k * k / len(d))
+
+
+# The ablation stage.
+
+GROUPS = ("model", "data", "sort", "probe", "effective", "ablation")
+
+
+def _baseline_probe(setup: Setup):
+  """The baseline probe on the unmodified encoder, and float32 hidden states of the
+  analysis split (`effective.split`, `effective.max_examples`: a seeded subset)."""
+  c, mc = setup.config, setup.model.config
+  encoder = train.FrozenEncoder(setup.model.params, None, mc, feature_dtype="float32")
+  n = len(setup.train_data) + len(setup.analysis_data)
+  features.check_budget(features.cache_bytes(n, mc.num_hidden_states, setup.max_length,
+                                             mc.hidden_size, "float32"),
+                        c.run.cache_max_gb, f"{n} examples")
+  tr, ev = (features.compute(encoder, d, setup.mesh, c.run.batch_size, desc=f"features {s}")
+            for d, s in ((setup.train_data, "train"), (setup.analysis_data, "eval")))
+  seed = setup.seeds[0]
+  fp = setup.fingerprint(GROUPS, stage="ablation-probe", seed=seed)
+  probe = train.probe_module(setup.task, mc, c.probe)
+  run_dir = setup.layout.path("ablation", f"probe_{fp[:12]}")  # One per config.
+  state, history, logits = train.fit(
+      "ablation probe", probe, encoder, train.make_optimizer(c.probe),
+      train.FitConfig.from_config(c, c.probe.epochs, seed, setup.layout.checkpoints(run_dir), fp),
+      tr, ev, train.scorer(setup.task, setup.analysis_data.labels), setup.mesh)
+  return probe, state.params["probe"], ev.features, history, logits
+
+
+def _run(setup: Setup) -> dict:
+  """Every head replaced in turn (uniform, constant, effective); the dev score change."""
+  c, mc, task = setup.config, setup.model.config, setup.task
+  kinds = tuple(c.ablation.kinds)
+  probe, probe_params, hidden, history, base_logits = _baseline_probe(setup)
+  labels, metric = setup.analysis_data.labels, task.headline_metric
+  baseline = metrics.task_scores(task, base_logits, labels)[metric]
+  constants = jnp.asarray(means.load_checked(setup, "raw").avgs) if "constant" in kinds else None
+  frozen = parallel.put_replicated((setup.model.params, probe_params, jnp.asarray(hidden),
+                                    constants), setup.mesh)
+  units = [(kind, layer) for kind in kinds for layer in range(mc.num_layers)]
+  key = setup.fingerprint(GROUPS, stage="ablation")
+  partial = setup.layout.partial("ablation")
+  saved = resume.load(partial, key)
+  scores = dict(saved.arrays) if saved else {k: np.zeros((mc.num_layers, mc.num_heads))
+                                             for k in kinds}
+  for i in range(saved.position if saved else 0, len(units)):
+    kind, layer = units[i]
+    logits = ablate_layer(mc, probe, kind, layer, frozen, setup.analysis_data, setup.mesh,
+                          c.run.batch_size, desc=f"ablation {kind} layer {layer}")
+    scores[kind][layer] = [metrics.task_scores(task, lg, labels)[metric] for lg in logits]
+    if parallel.is_main_process():
+      resume.save(partial, key, i + 1, scores)
+  maps = {f"change_{k}": scores[k] - baseline for k in kinds}
+  summary = dict(model=c.model.name, task=task.name, split=c.effective.split, metric=metric,
+                 baseline=baseline, eval_examples=len(labels),
+                 train_examples=len(setup.train_data), probe_history=history,
+                 **{f"mean_change_{k}": float(maps[f"change_{k}"].mean()) for k in kinds},
+                 **{f"max_abs_change_{k}": float(np.abs(maps[f"change_{k}"]).max())
+                    for k in kinds})
+  if os.path.exists(setup.layout.lambdas):
+    gates = np.load(setup.layout.lambdas)
+    summary["vs_papa_ranking"] = {k: rank_agreement(-maps[f"change_{k}"], gates) for k in kinds}
+  if parallel.is_main_process():
+    out_dir = setup.layout.stage_dir("ablation")
+    output.write_per_head(out_dir, maps, summary)
+    figures.head_maps([(f"{k}: score change", maps[f"change_{k}"]) for k in kinds],
+                      os.path.join(out_dir, "score_change.png"),
+                      f"{c.model.name} / {task.name}: {metric} change when one head is "
+                      f"replaced (baseline {baseline:.4f})", center=True, cmap="RdBu_r")
+    resume.remove(partial)
+  logging.info("ablation: %s", {k: v for k, v in summary.items() if k != "probe_history"})
+  return summary
+
+
+STAGE = Stage(name="ablation", run=_run, inputs=("train", "analysis"), needs=("means",),
+              writes=("ablation/stats.json",), groups=GROUPS)

@@ -2,21 +2,11 @@
 
 from __future__ import annotations
 
-import io
 import textwrap
 
 import numpy as np
 
-from papa_jax import workdir
-from papa_jax.analysis.stats import CATEGORIES
-
-
-def pyplot():
-  """matplotlib.pyplot on the Agg backend (no display needed)."""
-  import matplotlib  # pylint: disable=import-outside-toplevel
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
-  return plt
+from papa_jax.plotting import pyplot, save_figure
 
 
 def _heatmap(fig, ax, values: np.ndarray, title: str, **imshow) -> None:
@@ -29,17 +19,6 @@ def _heatmap(fig, ax, values: np.ndarray, title: str, **imshow) -> None:
   fig.colorbar(im, ax=ax, fraction=0.046)
 
 
-def save_figure(fig, path: str) -> None:
-  """Saves and closes `fig` as a PNG, atomically."""
-  import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
-  fig.tight_layout()
-  buf = io.BytesIO()
-  fig.savefig(buf, format="png")
-  plt.close(fig)
-  with workdir.atomic_write(path, "wb") as f:
-    f.write(buf.getvalue())
-
-
 def _save(fig, path: str, title: str) -> None:
   """A title wrapped to the figure's width (about 7 characters per inch at 9 pt)."""
   width = max(30, int(fig.get_figwidth() * 13))
@@ -47,12 +26,13 @@ def _save(fig, path: str, title: str) -> None:
   save_figure(fig, path)
 
 
-def mass_heatmaps(mass_raw: np.ndarray, mass_eff: np.ndarray, path: str, title: str) -> None:
-  """Layer x head heatmaps of attention mass per category, raw beside effective."""
+def mass_heatmaps(mass_raw: np.ndarray, mass_eff: np.ndarray, categories: tuple[str, ...],
+                  path: str, title: str) -> None:
+  """Layer x head heatmaps of attention mass per token category, raw beside effective."""
   plt = pyplot()
-  cats = len(CATEGORIES)
+  cats = len(categories)
   fig, axes = plt.subplots(2, cats, figsize=(3.1 * cats, 5.6), dpi=120, squeeze=False)
-  for c, name in enumerate(CATEGORIES):
+  for c, name in enumerate(categories):
     lo = min(mass_raw[..., c].min(), mass_eff[..., c].min(), 0.0)
     hi = max(mass_raw[..., c].max(), mass_eff[..., c].max())
     for r, (label, m) in enumerate((("raw", mass_raw), ("effective", mass_eff))):

@@ -13,12 +13,20 @@ A model compared with itself gives cosine 1 and JS 0 on every head.
 
 from __future__ import annotations
 
-import jax.numpy as jnp
+import dataclasses
+import os
+from typing import ClassVar
 
-from papa_jax.analysis import effective
-from papa_jax.analysis.stats import _js
+import jax.numpy as jnp
+import numpy as np
+
+from papa_jax import convert, effective, tokenization
+from papa_jax import runner
+from papa_jax.analysis import figures, per_head
+from papa_jax.analysis.effective_stats import js_divergence
+from papa_jax.errors import ConfigError
 from papa_jax.models.config import EncoderConfig
-from papa_jax.models.encoder import Encoder
+from papa_jax.stage import Setup
 
 PER_HEAD = ("cos_raw", "cos_eff", "js_raw")
 
@@ -48,36 +56,62 @@ def _cosine(x, y, block):
   return num / jnp.maximum(den, 1e-30)
 
 
-def make_batch_stats(config: EncoderConfig, rtol: float | None = None):
-  """`((params_a, params_b), batch) -> sums [layers, H]` per statistic, and the count."""
-  module = Encoder(config)
+@dataclasses.dataclass(frozen=True)
+class Finetune(per_head.PerHeadAnalysis):
+  """`model.name` vs `finetune.other_model`, head by head."""
 
-  def fn(params, batch):
-    m = batch["attention_mask"] * batch["valid"][:, None]
-    outs = [module.apply({"params": p}, batch["input_ids"], m, batch["token_type_ids"],
-                         capture_attention=True, capture_values=True) for p in params]
-    mf = m.astype(jnp.float32)
+  other_model: str
+  rtol: float | None = None
+  name: ClassVar[str] = "finetune"
+  groups: ClassVar[tuple[str, ...]] = per_head.ANALYSIS_GROUPS + ("finetune",)
+
+  @classmethod
+  def from_setup(cls, setup: Setup) -> Finetune:
+    other = setup.config.finetune.other_model
+    if not other:
+      raise ConfigError("stage=finetune needs finetune.other_model, the fine-tuned (or "
+                        "other) checkpoint to compare with.")
+    rtol = setup.config.effective.rtol
+    return cls(other, rtol if rtol > 0 else None)
+
+  def params(self, setup: Setup) -> tuple:
+    other = convert.load_pretrained(self.other_model,
+                                    compute_dtype=setup.model.config.compute_dtype)
+    check_comparable(setup.model.config, other.config,
+                     tokenization.tokenization_difference(setup.tokenizer, other.tokenizer()))
+    return (setup.model.params, other.params)
+
+  def key(self, setup: Setup) -> dict:
+    return dict(other=self.other_model)
+
+  def stats(self, outs, batch, mask) -> dict[str, runner.Weighted]:
+    mf = mask.astype(jnp.float32)
     block = mf[:, None, :, None] * mf[:, None, None, :]
     rows = jnp.broadcast_to(mf[:, None, :] > 0, outs[0].attentions[0].shape[:-1])  # [B, H, L]
     n_rows = jnp.maximum(jnp.sum(rows, -1), 1)
-    w = batch["valid"].astype(jnp.float32)[:, None]
-    sums = {k: [] for k in PER_HEAD}
+    per_layer = {k: [] for k in PER_HEAD}
     for a, b, va, vb in zip(outs[0].attentions, outs[1].attentions, outs[0].values,
                             outs[1].values):
-      ea = effective.effective_attention(a, va, rows, rtol=rtol)[0]
-      eb = effective.effective_attention(b, vb, rows, rtol=rtol)[0]
-      js = jnp.sum(jnp.where(rows, _js(a * block, b * block), 0.0), -1) / n_rows
+      ea = effective.effective_attention(a, va, rows, rtol=self.rtol)[0]
+      eb = effective.effective_attention(b, vb, rows, rtol=self.rtol)[0]
+      js = jnp.sum(jnp.where(rows, js_divergence(a * block, b * block), 0.0), -1) / n_rows
       for k, x in (("cos_raw", _cosine(a, b, block)), ("cos_eff", _cosine(ea, eb, block)),
                    ("js_raw", js)):
-        sums[k].append(jnp.sum(x * w, 0))
-    out = {k: jnp.stack(v) for k, v in sums.items()}
-    out["count"] = jnp.sum(w)
-    return out
+        per_layer[k].append(x)
+    every = jnp.ones(mask.shape[:1], jnp.float32)
+    return {k: runner.Weighted(tuple(xs), every) for k, xs in per_layer.items()}
 
-  return fn
+  def summary(self, st: dict, setup: Setup, data) -> dict:
+    return dict(other_model=self.other_model, examples=int(st["count"]),
+                **{f"mean_{k}": float(np.mean(st[k])) for k in PER_HEAD})
+
+  def figures(self, st: dict, summary: dict, setup: Setup, data, out_dir: str) -> None:
+    title = per_head.label(setup, f"{setup.config.model.name} vs {self.other_model}",
+                           int(st["count"]))
+    figures.head_maps([("cosine, raw", st["cos_raw"]), ("cosine, effective", st["cos_eff"])],
+                      os.path.join(out_dir, "cosine.png"), title, cmap="magma")
+    figures.head_maps([("JS divergence, raw", st["js_raw"])], os.path.join(out_dir, "js.png"),
+                      title, cmap="magma")
 
 
-def finalize(sums: dict) -> dict:
-  count = float(sums["count"])
-  return dict({k: sums[k] / max(count, 1.0) for k in PER_HEAD}, count=count)
-
+STAGE = per_head.stage(Finetune)

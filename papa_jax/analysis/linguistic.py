@@ -18,14 +18,20 @@ NOUN excludes proper nouns, as spaCy's coarse `NOUN` tag the reference used.
 
 from __future__ import annotations
 
+import dataclasses
+import os
+from typing import ClassVar
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from papa_jax.analysis import effective
+from papa_jax import effective
+from papa_jax import runner
+from papa_jax.analysis import figures, per_head
 from papa_jax.data.preprocess import IGNORE
-from papa_jax.models.config import EncoderConfig
-from papa_jax.models.encoder import Encoder
+from papa_jax.errors import ConfigError
+from papa_jax.stage import Setup
 
 CLASSES = ("CLS", "SEP", "NOUN", "PROPN", "PRON", "VERB", "PUNCT", "OTHER")
 PAD = -1
@@ -68,41 +74,64 @@ def _query_stats(X, onehot, present, row_weights):
   return jnp.sum(mass * w, 2), jnp.sum(mx * w, 2)
 
 
-def make_batch_stats(config: EncoderConfig, rtol: float | None = None):
-  """`(params, batch) -> sums [layers, H, C]` per (query, statistic, attention)."""
-  module = Encoder(config)
-  C = len(CLASSES)
+@dataclasses.dataclass(frozen=True)
+class Linguistic(per_head.PerHeadAnalysis):
+  """Attention mass and max per class, from the [CLS] row and from all rows."""
 
-  def fn(params, batch):
-    m = batch["attention_mask"] * batch["valid"][:, None]
-    out = module.apply({"params": params}, batch["input_ids"], m, batch["token_type_ids"],
-                       capture_attention=True, capture_values=True)
-    mf = m.astype(jnp.float32)
-    onehot = jax.nn.one_hot(batch["classes"], C) * mf[..., None]  # Padding: all zero.
-    present = jnp.sum(onehot, 1) > 0  # [B, C]
-    w = batch["valid"].astype(jnp.float32)
-    weight = present.astype(jnp.float32) * w[:, None]  # Examples that have the class.
-    cls_row = jax.nn.one_hot(jnp.argmax(batch["classes"] == 0, -1), m.shape[1]) * mf
+  rtol: float | None = None
+  name: ClassVar[str] = "linguistic"
+  columns: ClassVar[tuple[str, ...]] = CLASSES
+
+  @classmethod
+  def from_setup(cls, setup: Setup) -> Linguistic:
+    rtol = setup.config.effective.rtol
+    return cls(rtol if rtol > 0 else None)
+
+  def arrays(self, setup: Setup, data) -> dict[str, np.ndarray]:
+    if setup.task.kind != "tagging":
+      raise ConfigError(
+          f"stage=linguistic needs gold part-of-speech tags: a tagging task such as pos "
+          f"(CoNLL-2003, Penn Treebank) or udpos (UPOS), not {setup.task.name!r}.")
+    tok = setup.tokenizer
+    return dict(classes=class_ids(data.input_ids, data.attention_mask, data.labels,
+                                  setup.task.label_names, tok.cls_token_id, tok.sep_token_id))
+
+  def stats(self, outs, batch, mask) -> dict[str, runner.Weighted]:
+    out = outs[0]
+    mf = mask.astype(jnp.float32)
+    onehot = jax.nn.one_hot(batch["classes"], len(CLASSES)) * mf[..., None]  # Padding: 0.
+    present = (jnp.sum(onehot, 1) > 0).astype(jnp.float32)  # [B, C]: examples with the class.
+    cls_row = jax.nn.one_hot(jnp.argmax(batch["classes"] == 0, -1), mask.shape[1]) * mf
     all_rows = mf / jnp.maximum(jnp.sum(mf, -1, keepdims=True), 1.0)
-    sums = {}
+    per_layer = {}
     for a, v in zip(out.attentions, out.values):
       key_mask = jnp.broadcast_to(mf[:, None, :] > 0, a.shape[:-1])
-      e = effective.effective_attention(a, v, key_mask, rtol=rtol)[0]
+      e = effective.effective_attention(a, v, key_mask, rtol=self.rtol)[0]
       for kind, X in (("raw", a * mf[:, None, None, :]), ("eff", e)):
         for query, rows in (("cls", cls_row), ("rows", all_rows)):
-          mass, mx = _query_stats(X, onehot, present, rows)
+          mass, mx = _query_stats(X, onehot, present > 0, rows)
           for stat, x in (("mass", mass), ("max", mx)):
-            sums.setdefault(f"{query}_{stat}_{kind}", []).append(jnp.sum(x * weight[:, None], 0))
-    out_sums = {k: jnp.stack(v) for k, v in sums.items()}
-    out_sums["count"] = jnp.sum(weight, 0)  # [C]: examples having each class.
-    return out_sums
+            per_layer.setdefault(f"{query}_{stat}_{kind}", []).append(x)
+    return {k: runner.Weighted(tuple(xs), present) for k, xs in per_layer.items()}
 
-  return fn
+  def finalize(self, totals: runner.Totals) -> dict:
+    return dict(totals.means(), count=totals.weights["cls_mass_raw"])
+
+  def summary(self, st: dict, setup: Setup, data) -> dict:
+    last = lambda key: dict(zip(CLASSES, np.nanmean(st[key][-1], 0).tolist()))
+    return dict(examples=len(data),
+                examples_with_class=dict(zip(CLASSES, st["count"].astype(int).tolist())),
+                classes=list(CLASSES), last_layer_cls_mass_raw=last("cls_mass_raw"),
+                last_layer_cls_mass_eff=last("cls_mass_eff"))
+
+  def figures(self, st: dict, summary: dict, setup: Setup, data, out_dir: str) -> None:
+    for query in ("cls", "rows"):
+      panels = [(f"{kind}: {query} -> {cls}", st[f"{query}_mass_{kind}"][..., i])
+                for kind in ("raw", "eff") for i, cls in enumerate(CLASSES)]
+      figures.head_maps(panels, os.path.join(out_dir, f"{query}_mass.png"),
+                        per_head.label(setup, f"attention mass to each class ({query} query)",
+                                       len(data)), ncols=len(CLASSES), center=True,
+                        cmap="RdBu_r")
 
 
-def finalize(sums: dict) -> dict:
-  count = np.asarray(sums["count"], np.float64)
-  out = {k: np.where(count > 0, v / np.maximum(count, 1.0), np.nan)
-         for k, v in sums.items() if k != "count"}
-  out["count"] = count
-  return out
+STAGE = per_head.stage(Linguistic)

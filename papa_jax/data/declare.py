@@ -84,7 +84,7 @@ def _check_fields(c, fmt: str, kind: str) -> None:
           raise _fail(name, c[name], "without a header, fields are 0-based column numbers "
                       "written as strings, e.g. ('3',).")
     if c.quoting not in ("", *tables.QUOTING) or (c.quoting and fmt == "jsonl"):
-      raise _fail("quoting", c.quoting, f"use '' (the format's default), 'rfc4180' or 'none' "
+      raise _fail("quoting", c.quoting, "use '' (the format's default), 'rfc4180' or 'none' "
                   "(csv and tsv only).")
   else:
     if c.text_fields or c.label_field:

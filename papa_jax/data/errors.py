@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from papa_jax.config_schema import ConfigError
+from papa_jax.errors import ConfigError
 
 
 class DataError(ValueError):

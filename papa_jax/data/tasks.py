@@ -107,6 +107,20 @@ class Task:
   def headline_metric(self) -> str:
     return self.metrics[0]
 
+  def default_max_length(self, papa_layout: bool = True) -> int:
+    """The input length configs give this task (the one rule, here with the task).
+
+    Tagging: 64 (tokens stay in place; CoNLL sentences are short). Pairs: 128
+    (the PAPA layout gives each segment half). One sentence: 64 in the PAPA
+    layout (its first half holds the sentence, as the paper's CoLA command),
+    128 without (so sentences longer than a head dimension keep every token).
+    """
+    if self.kind == "tagging":
+      return 64
+    if self.is_pair:
+      return 128
+    return 64 if papa_layout else 128
+
 
 def _glue(name, labels, metrics, text, label, tfds_text, dev="dev.tsv",
           kind="classification", eval_tfds="validation", header=True):

@@ -1,9 +1,7 @@
-"""What the explorer shows, read from a finished workdir (and the model, for examples)."""
+"""What the explorer shows, from a finished workdir (`reader`) and the model, for examples."""
 
 from __future__ import annotations
 
-import json
-import os
 from typing import Any, Sequence
 
 import jax
@@ -11,10 +9,10 @@ import jax.numpy as jnp
 import numpy as np
 from absl import logging
 
-from papa_jax.analysis import effective
+from papa_jax import data as data_lib
+from papa_jax import effective, reader, results
 from papa_jax.explorer import pack
-from papa_jax.papa import means as means_lib
-from papa_jax.papa import schedule
+from papa_jax.models.encoder import Capture
 
 # Per-head maps of the effective stage's stats.json, as (key, label); mass keys
 # are [layers, heads, categories] and become one map per category.
@@ -35,54 +33,17 @@ def _effective(a: jax.Array, v: jax.Array, mask: jax.Array) -> jax.Array:
 SAME_ATOL = 1e-5
 
 
-def _read_json(path: str) -> Any:
-  with open(path) as f:
-    return json.load(f)
-
-
-def read_config(workdir: str) -> dict:
-  path = os.path.join(workdir, "config.json")
-  if not os.path.exists(path):
-    raise FileNotFoundError(f"{path} does not exist: {workdir} is not a finished workdir.")
-  return _read_json(path)
-
-
-def read_means(workdir: str) -> dict[str, means_lib.Means]:
-  """The constant matrices of every variant present (raw first)."""
-  out = {}
-  for variant in means_lib.ATTENTION_KINDS:
-    path = os.path.join(workdir, "means", f"means_{variant}.npz")
-    if os.path.exists(path):
-      out[variant] = means_lib.load_means(path)
-  if not out:
-    raise FileNotFoundError(f"No means file under {workdir}/means: run the 'means' stage first.")
-  shapes = {v: m.avgs.shape for v, m in out.items()}
-  if len(set(shapes.values())) != 1:
-    raise ValueError(f"Means files of different shapes in {workdir}: {shapes}.")
-  return out
-
-
-def read_ranking(workdir: str, layers: int, heads: int) -> dict | None:
+def ranking_view(wd: reader.FinishedWorkdir) -> dict | None:
   """Gate logits and the ranking (least input-dependent first), if sorted."""
-  path = os.path.join(workdir, "sort", "sorted_heads.json")
-  if not os.path.exists(path):
+  if wd.ranking is None:
     return None
-  order = schedule.load_ranking(path, layers, heads)
-  lam_path = os.path.join(workdir, "sort", "lambdas.npy")
-  lambdas = np.load(lam_path) if os.path.exists(lam_path) else None
-  if lambdas is not None and lambdas.shape != (layers, heads):
-    raise ValueError(f"{lam_path} has shape {lambdas.shape}; expected {(layers, heads)}.")
-  return dict(order=order, lambdas=pack.finite_or_none(lambdas))
+  return dict(order=wd.ranking, lambdas=pack.finite_or_none(wd.lambdas))
 
 
-def read_results(workdir: str) -> dict | None:
+def results_view(wd: reader.FinishedWorkdir) -> dict | None:
   """Score vs static heads per variant (mean over probe seeds, with the sample
   std as `score_std` when there are several), if probed."""
-  from papa_jax import results  # pylint: disable=import-outside-toplevel
-  path = os.path.join(workdir, "results.json")
-  if not os.path.exists(path):
-    return None
-  raw = _read_json(path).get("rows", [])
+  raw = wd.rows
   if not raw:
     return None
   if len({(r["variant"], r["static_heads"]) for r in raw}) == len(raw):  # One row per run.
@@ -104,12 +65,11 @@ def read_results(workdir: str) -> dict | None:
   return dict(rows=pack.finite_or_none(rows))
 
 
-def read_effective_stats(workdir: str) -> dict | None:
+def effective_view(wd: reader.FinishedWorkdir) -> dict | None:
   """The effective stage's per-head maps as `{subset: {name: [layers][heads]}}`."""
-  path = os.path.join(workdir, "effective", "stats.json")
-  if not os.path.exists(path):
+  st = wd.stats.get("effective")
+  if st is None:
     return None
-  st = _read_json(path)
   cats = st.get("categories", ["cls", "sep", "punct", "other"])
   maps: dict[str, dict[str, Any]] = {}
   for subset in ("all", "long"):
@@ -160,7 +120,6 @@ def example_records(model, data_cfg, examples: Sequence[int], max_examples: int)
   Runs `model` on the chosen dev examples (the workdir's layout and length) and
   keeps only the n x n block of each example's real tokens.
   """
-  from papa_jax import data as data_lib  # pylint: disable=import-outside-toplevel
   tokenizer = model.tokenizer()
   dev = data_lib.load_split(data_cfg, "validation", tokenizer, model.config.type_vocab_size)
   chosen = example_indices(examples, max_examples, len(dev))
@@ -169,7 +128,7 @@ def example_records(model, data_cfg, examples: Sequence[int], max_examples: int)
   sub = dev.take(np.asarray(chosen))
   out = model.apply(jnp.asarray(sub.input_ids), jnp.asarray(sub.attention_mask),
                     token_type_ids=jnp.asarray(sub.token_type_ids),
-                    capture_attention=True, capture_values=True)
+                    capture=Capture(probs=True, values=True))
   mask = jnp.asarray(sub.attention_mask, bool)
   dyn, eff = [], []
   for a, v in zip(out.attentions, out.values):

@@ -10,9 +10,11 @@ import os
 import re
 from typing import Any, Sequence
 
+import jax
 import ml_collections
 from absl import logging
 
+from papa_jax import config_schema, convert, reader
 from papa_jax.explorer import collect, pack
 from papa_jax.papa import means as means_lib
 from papa_jax.papa import schedule
@@ -67,7 +69,7 @@ def _static(name: str) -> str:
   return importlib.resources.files("papa_jax.explorer").joinpath("static", name).read_text("utf-8")
 
 
-def _check_model(model, means: means_lib.Means, warnings: list[str]) -> None:
+def _check_model(model: convert.Pretrained, means: means_lib.Means, warnings: list[str]) -> None:
   layers, heads, L, _ = means.avgs.shape
   mc = model.config
   if (mc.num_layers, mc.num_heads) != (layers, heads):
@@ -76,17 +78,20 @@ def _check_model(model, means: means_lib.Means, warnings: list[str]) -> None:
   if L > mc.max_length:
     raise ValueError(f"The means have length {L}, over the model's {mc.max_length} positions.")
   want = means.metadata.get("model_fingerprint")
-  if want and means_lib.model_fingerprint(mc, model.params) != want:
+  if want and model.fingerprint != want:
     warnings.append("The model used for the examples is not the one the means were computed "
-                    "with (its parameters differ): example attention is from another model.")
+                    "with (its parameters, precision or tokenizer differ): example attention "
+                    "is from another model.")
 
 
 def payload(workdir: str, *, examples: Sequence[int] = ExplorerConfig.examples,
             max_examples: int = ExplorerConfig.max_examples,
             model=None) -> dict[str, Any]:
   """Everything the page shows, as a JSON-ready dict (matrices packed)."""
-  cfg = collect.read_config(workdir)
-  means = collect.read_means(workdir)
+  wd = reader.read_workdir(workdir)
+  cfg, means = wd.config, wd.means
+  if not means:
+    raise FileNotFoundError(f"No means file under {workdir}/means: run the 'means' stage first.")
   first = next(iter(means.values()))
   layers, heads, L, _ = first.avgs.shape
   meta_first = first.metadata
@@ -95,14 +100,14 @@ def payload(workdir: str, *, examples: Sequence[int] = ExplorerConfig.examples,
   warnings: list[str] = []
   records = []
   if examples or max_examples > 0:
-    if model is None:
-      from papa_jax import convert  # pylint: disable=import-outside-toplevel
-      model = convert.load_pretrained(cfg["model"]["name"])
+    if model is None:  # The workdir's model, at the precision its run used.
+      model = convert.load_pretrained(cfg["model"]["name"], compute_dtype=(
+          config_schema.compute_dtype(ml_collections.ConfigDict(cfg), jax.default_backend())))
     _check_model(model, first, warnings)
     data_cfg = ml_collections.ConfigDict(cfg["data"])
     data_cfg.max_length = L
     records = collect.example_records(model, data_cfg, examples, max_examples)
-  ranking = collect.read_ranking(workdir, layers, heads)
+  ranking = collect.ranking_view(wd)
   if ranking is None:
     warnings.append("No head ranking (sort/sorted_heads.json): the schedule cannot be shown.")
   meta = dict(
@@ -117,8 +122,8 @@ def payload(workdir: str, *, examples: Sequence[int] = ExplorerConfig.examples,
     rec = pack.packed_matrices(m.avgs)
     rec["meta"] = {k: m.metadata.get(k) for k in ("num_examples", "split", "attention", "task")}
     means_out[variant] = rec
-  return dict(meta=meta, means=means_out, ranking=ranking, results=collect.read_results(workdir),
-              effective=collect.read_effective_stats(workdir), examples=records)
+  return dict(meta=meta, means=means_out, ranking=ranking, results=collect.results_view(wd),
+              effective=collect.effective_view(wd), examples=records)
 
 
 def render(data: dict[str, Any]) -> str:

@@ -3,13 +3,14 @@
 One post-LayerNorm transformer stack serves every family; the families differ
 in their embeddings and in how attention scores are formed (dot product, or
 DeBERTa's disentangled content/position terms), each a named flag of
-`EncoderConfig`. What an `AttentionOverride` does is `attention.attend`'s.
+`EncoderConfig`. What an `AttentionOverride` does is `attention.attend`'s;
+what a layer returns besides its output is `capture.Capture`'s.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
-from typing import NamedTuple
 
 import flax.linen as nn
 import jax
@@ -18,28 +19,11 @@ import numpy as np
 
 from papa_jax import attention as attn
 from papa_jax.models import deberta
+from papa_jax.models.capture import Capture, EncoderOutput, LayerIntermediates  # Re-exported.
 from papa_jax.models.config import EncoderConfig
 
 Array = jax.Array
 _init = nn.initializers.normal(stddev=0.02)
-
-
-class EncoderOutput(NamedTuple):
-  """Per-layer results; tuples are indexed by layer.
-
-  Attributes:
-    hidden_states: `num_layers + 1` arrays `[B, L, D]`, embeddings first.
-    attentions: `num_layers` arrays `[B, H, L, L]` when captured, else None.
-    values: `num_layers` arrays `[B, H, L, head_dim]` when captured, else None.
-  """
-
-  hidden_states: tuple[Array, ...]
-  attentions: tuple[Array, ...] | None = None
-  values: tuple[Array, ...] | None = None
-
-  @property
-  def last_hidden_state(self) -> Array:
-    return self.hidden_states[-1]
 
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
@@ -110,7 +94,7 @@ class SelfAttention(nn.Module):
   """Multi-head self-attention: projections, family scores, output projection.
 
   What an override does to the probabilities is `attention.attend`'s business.
-  Returns `(output [B, L, D], probs [B, H, L, L] or None, values [B, H, L, d])`.
+  Returns `(output [B, L, D], captured)`: a dict of the `Capture` fields asked for.
   """
 
   config: EncoderConfig
@@ -187,8 +171,8 @@ class SelfAttention(nn.Module):
       rel_embeddings: Array | None,
       *,
       deterministic: bool,
-      capture: bool,
-  ) -> tuple[Array, Array | None, Array]:
+      capture: Capture,
+  ) -> tuple[Array, dict[str, Array]]:
     c = self.config
     if rel_embeddings is not None:  # DeBERTa's per-layer pos_dropout.
       rel_embeddings = self.pos_dropout(rel_embeddings, deterministic=deterministic)
@@ -202,12 +186,27 @@ class SelfAttention(nn.Module):
     if not (deterministic or c.attention_dropout == 0.0):
       dropout = functools.partial(self.attn_dropout, deterministic=False)
     fused = functools.partial(self._fused_context, x, mask) if c.attention == "dot" else None
-    context, probs = attn.attend(
+    context, probs, v = attn.attend(
         override, functools.partial(self._dynamic_probs, x, mask, rel_embeddings, qk), v, mask,
-        capture=capture, dropout=dropout, fused_context=fused)
+        capture=capture.probs, dropout=dropout, fused_context=fused)
     dt = compute_dtype(c)
     out = jnp.einsum("bqhd,hde->bqe", _cast(context, dt), _cast(self.out_kernel, dt))
-    return _widen(out + _cast(self.out_bias, dt)), probs, jnp.swapaxes(v, 1, 2)
+    out = _widen(out + _cast(self.out_bias, dt))
+    kept = dict(probs=probs, values=jnp.swapaxes(v, 1, 2))
+    if capture.transformed_values:
+      kept["transformed_values"] = _widen(jnp.einsum("bkhd,hde->bhke", _cast(v, dt),
+                                                     _cast(self.out_kernel, dt)))
+    if capture.head_outputs:
+      kept["head_outputs"] = _widen(jnp.einsum("bqhd,hde->bhqe", _cast(context, dt),
+                                               _cast(self.out_kernel, dt)))
+    kept["attention_output"] = out
+    return out, {k: v for k, v in kept.items() if getattr(capture, k)}
+
+
+def _norm_scale(x: Array, eps: float) -> Array:
+  """`sqrt(var(x) + eps)` over the last axis (two-pass variance, as the LayerNorms)."""
+  x = _widen(x)
+  return jnp.sqrt(jnp.var(x, axis=-1) + eps)
 
 
 class TransformerLayer(nn.Module):
@@ -217,22 +216,28 @@ class TransformerLayer(nn.Module):
   layer_index: int
 
   @nn.compact
-  def __call__(self, x, mask, override, rel_embeddings, *, deterministic, capture):
+  def __call__(self, x, mask, override, rel_embeddings, *, deterministic, capture: Capture):
     c = self.config
     drop = nn.Dropout(c.hidden_dropout)
-    a, probs, values = SelfAttention(c, self.layer_index, name="attention")(
+    a, kept = SelfAttention(c, self.layer_index, name="attention")(
         x, mask, override, rel_embeddings,
         deterministic=deterministic, capture=capture,
     )
     dt = compute_dtype(c)
-    h = layer_norm(c, "attention_norm")(x + drop(a, deterministic=deterministic))
+    u = x + drop(a, deterministic=deterministic)
+    h = layer_norm(c, "attention_norm")(u)
     f = nn.Dense(c.intermediate_size, kernel_init=_init, dtype=dt, name="intermediate")(h)
     f = nn.Dense(c.hidden_size, kernel_init=_init, dtype=dt, name="output")(
         activation(c.hidden_act)(f)
     )
     f = _widen(f)
-    out = layer_norm(c, "output_norm")(h + drop(f, deterministic=deterministic))
-    return out, probs, values
+    r = h + drop(f, deterministic=deterministic)
+    out = layer_norm(c, "output_norm")(r)
+    if capture.layer_norms:
+      kept.update(attention_norm_input=u, attention_norm_output=h, output_norm_input=r,
+                  attention_norm_scale=_norm_scale(u, c.layer_norm_eps),
+                  output_norm_scale=_norm_scale(r, c.layer_norm_eps))
+    return out, LayerIntermediates(**kept)
 
 
 class Embeddings(nn.Module):
@@ -274,9 +279,10 @@ class Encoder(nn.Module):
   """A pretrained encoder returning every layer's hidden states.
 
   Call with `input_ids [B, L]` and `attention_mask [B, L]`; pass
-  `override=AttentionOverride(...)` to replace attention probabilities,
-  `capture_attention=True` for every layer's probabilities and
-  `capture_values=True` for every layer's value vectors.
+  `override=AttentionOverride(...)` to replace attention probabilities or
+  intervene, and `capture=Capture(...)` for per-layer intermediates
+  (`capture_attention=True` and `capture_values=True` are shorthands for
+  `Capture(probs=True)` and `Capture(values=True)`).
   """
 
   config: EncoderConfig
@@ -291,6 +297,7 @@ class Encoder(nn.Module):
       *,
       override: attn.AttentionOverride | None = None,
       deterministic: bool = True,
+      capture: Capture | None = None,
       capture_attention: bool = False,
       capture_values: bool = False,
       start_layer: int = 0,
@@ -317,6 +324,9 @@ class Encoder(nn.Module):
           f"input_ids shape {input_ids.shape}."
       )
     mask = attention_mask.astype(bool)
+    capture = dataclasses.replace(capture or Capture(),
+                                  probs=(capture and capture.probs) or capture_attention,
+                                  values=(capture and capture.values) or capture_values)
     if override is not None:
       override.validate(c.num_layers, c.num_heads, seq_len, input_ids.shape[0])
 
@@ -335,20 +345,16 @@ class Encoder(nn.Module):
       if c.norm_rel_ebd:
         rel = layer_norm(c, "rel_norm")(rel)
       rel = deberta.sliced_rel_embeddings(c, rel, seq_len)
-    hidden, probs_all, values_all = [h], [], []
+    hidden, layers = [h], []
     for i in range(start_layer, c.num_layers):
       lo = override.for_layer(i) if override is not None else None
-      h, probs, values = TransformerLayer(c, i, name=f"layer_{i}")(
-          h, mask, lo, rel, deterministic=deterministic, capture=capture_attention
+      h, kept = TransformerLayer(c, i, name=f"layer_{i}")(
+          h, mask, lo, rel, deterministic=deterministic, capture=capture
       )
       hidden.append(h)
-      probs_all.append(probs)
-      values_all.append(values)
-    return EncoderOutput(
-        hidden_states=tuple(hidden),
-        attentions=tuple(probs_all) if capture_attention else None,
-        values=tuple(values_all) if capture_values else None,
-    )
+      layers.append(kept)
+    return EncoderOutput(hidden_states=tuple(hidden),
+                         layers=tuple(layers) if capture != Capture() else None)
 
 
 def init_params(config: EncoderConfig, seed: int = 0, seq_len: int = 8):

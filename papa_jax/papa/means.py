@@ -1,10 +1,11 @@
 """Average attention per (layer, head, query, key) over a dataset split.
 
 `avg[l,h,i,j] = sum_b A_b[l,h,i,j] m_b[i] m_b[j] / sum_b m_b[i] m_b[j]`, 0 where
-the count is 0 (`shared/spec/papa.md` §4). Each device sums its rows of a
-batch (shard_map), one psum adds the devices' sums, and the host adds batches
-into float64 totals: memory is independent of the dataset size, and the
-result equals the single-device one up to float32 summation order.
+the count is 0 (`shared/spec/papa.md` §4), a statistic of the analysis runner
+(`papa_jax/runner.py`): each device sums its rows of a batch, one psum adds
+the devices' sums, and the host adds batches into float64 totals, so memory is
+independent of the dataset size and the result equals the single-device one
+up to float32 summation order.
 
 File format (`.npz`): `avgs` float32 `[layers, heads, L, L]`, `sums` float64
 (same shape), `counts` float64 `[L, L]`, and `metadata`, a JSON string with
@@ -16,22 +17,22 @@ File format (`.npz`): `avgs` float32 `[layers, heads, L, L]`, `sums` float64
 from __future__ import annotations
 
 import dataclasses
-import functools
-import hashlib
 import json
 import os
+import time
 import zipfile
-from typing import Callable
 
-import jax
 import jax.numpy as jnp
 import numpy as np
+from absl import logging
 
-from papa_jax import parallel, preemption, workdir
-from papa_jax.analysis import effective
+from papa_jax import config_schema, effective, parallel, resume, workdir
+from papa_jax import features as features_lib
+from papa_jax import runner
 from papa_jax.data import pipeline
 from papa_jax.models.config import EncoderConfig
-from papa_jax.models.encoder import DTYPES, Encoder
+from papa_jax.models.encoder import DTYPES, Capture
+from papa_jax.stage import Setup, Stage
 
 FORMAT = "papa-jax-means/1"
 ATTENTION_KINDS = ("raw", "effective")
@@ -41,71 +42,57 @@ class MeansFileError(ValueError):
   """A means file that is unreadable or does not fit the run."""
 
 
-def model_fingerprint(config: EncoderConfig, params) -> str:
-  """Hash of the architecture and every parameter's bytes (16 hex digits)."""
-  h = hashlib.sha256(json.dumps(config.architecture_dict(), sort_keys=True).encode())
-  for path, leaf in jax.tree_util.tree_leaves_with_path(params):
-    h.update(jax.tree_util.keystr(path).encode())
-    h.update(np.ascontiguousarray(np.asarray(leaf, np.float32)).tobytes())
-  return h.hexdigest()[:16]
+@dataclasses.dataclass(frozen=True)
+class AttentionSums:
+  """The means pass's statistic: each layer's attention weighted by `m_i m_j`.
 
-
-@functools.lru_cache(maxsize=8)
-def compiled_batch_sums(config: EncoderConfig, attention: str, mesh,
-                        feature_dtype: str | None = None) -> Callable:
-  """`batch_sums` under `parallel.sharded_sum`, built once per (config, mesh)."""
-  return parallel.sharded_sum(batch_sums_fn(config, attention, feature_dtype), mesh,
-                              with_rows=feature_dtype is not None)
-
-
-def batch_sums_fn(config: EncoderConfig, attention: str = "raw",
-                  feature_dtype: str | None = None) -> Callable:
-  """`(params, batch) -> (sums [layers, H, L, L], counts [L, L], examples)`, float32.
-
-  With `feature_dtype`, also the batch's stacked hidden states `[B, K, L, D]`
-  in that dtype: the baseline probe's features, from the same forward pass.
+  Called by `runner.sum_pass` on every batch; `attention` is "raw" or
+  "effective" (each head's effective attention, mask-aware).
   """
-  if attention not in ATTENTION_KINDS:
-    raise ValueError(f"means attention must be one of {ATTENTION_KINDS}, not {attention!r}.")
-  module = Encoder(config)
 
-  def batch_sums(params, batch):
-    m = (batch["attention_mask"] * batch["valid"][:, None]).astype(jnp.float32)
-    out = module.apply({"params": params}, batch["input_ids"], m,
-                       batch["token_type_ids"], capture_attention=True,
-                       capture_values=attention == "effective")
-    pair = m[:, :, None] * m[:, None, :]
-    sums = []
-    for layer, a in enumerate(out.attentions):
-      if attention == "effective":
-        key_mask = jnp.broadcast_to(m[:, None, :] > 0, a.shape[:-1])
-        a = effective.effective_attention(a, out.values[layer], key_mask)[0]
-      sums.append(jnp.einsum("bhqk,bqk->hqk", a, pair))
-    totals = (jnp.stack(sums), jnp.sum(pair, axis=0),
-              jnp.sum(batch["valid"].astype(jnp.float32)))
-    if feature_dtype is None:
-      return totals
-    feats = jnp.stack(out.hidden_states, axis=1).astype(DTYPES[feature_dtype])
-    return totals, feats
+  attention: str = "raw"
 
-  return batch_sums
+  def __post_init__(self):
+    if self.attention not in ATTENTION_KINDS:
+      raise ValueError(f"means attention must be one of {ATTENTION_KINDS}, not "
+                       f"{self.attention!r}.")
+
+  @property
+  def capture(self) -> Capture:
+    return Capture(probs=True, values=self.attention == "effective")
+
+  def __call__(self, outs, batch, mask) -> dict[str, runner.Weighted]:
+    del batch
+    out = outs[0]
+    m = mask.astype(jnp.float32)
+    layers = out.attentions
+    if self.attention == "effective":
+      key_mask = jnp.broadcast_to(m[:, None, :] > 0, layers[0].shape[:-1])
+      layers = tuple(effective.effective_attention(a, v, key_mask)[0]
+                     for a, v in zip(layers, out.values))
+    return {"attention": runner.Weighted(tuple(layers), m[:, :, None] * m[:, None, :])}
+
+
+@dataclasses.dataclass(frozen=True)
+class HiddenStates:
+  """Per-example rows of the means pass: the stacked hidden states `[B, K, L, D]`
+  in `dtype`, the baseline probe's features from the same forward."""
+
+  dtype: str
+
+  def __call__(self, outs, batch):
+    del batch
+    return jnp.stack(outs[0].hidden_states, axis=1).astype(DTYPES[self.dtype])
 
 
 @dataclasses.dataclass
 class MeansState:
-  """Running totals; `next_batch` is the data position to resume from."""
+  """Totals of a means pass: `sums [layers, H, L, L]`, pair `counts [L, L]` (float64)."""
 
   sums: np.ndarray
   counts: np.ndarray
-  next_batch: int = 0
   num_examples: int = 0
   features: np.ndarray | None = None  # Hidden states of every example, when collected.
-
-  @classmethod
-  def zeros(cls, config: EncoderConfig, max_length: int) -> MeansState:
-    L = max_length
-    return cls(np.zeros((config.num_layers, config.num_heads, L, L), np.float64),
-               np.zeros((L, L), np.float64))
 
   def averages(self) -> np.ndarray:
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -114,8 +101,7 @@ class MeansState:
 
 
 def accumulate(config: EncoderConfig, params, data, mesh, *, batch_size: int,
-               attention: str = "raw", state: MeansState | None = None,
-               checkpoint: Callable[[MeansState], None] | None = None,
+               attention: str = "raw", partial: str = "", run_key: str = "",
                checkpoint_every: int = 0, desc: str = "",
                feature_dtype: str | None = None) -> MeansState:
   """The means pass: every batch's masked sums added into float64 host totals.
@@ -127,61 +113,21 @@ def accumulate(config: EncoderConfig, params, data, mesh, *, batch_size: int,
     batch_size: the global batch size (the result does not depend on it
       beyond float32 summation order).
     attention: "raw" or "effective".
-    state: totals to resume from (`state.next_batch` is the first batch).
-    checkpoint: called with the state every `checkpoint_every` batches, and
-      before stopping on a preemption request (then `Preempted` is raised).
-    checkpoint_every: 0 for never.
+    partial, run_key, checkpoint_every: resuming (`runner.sum_pass`).
     desc: progress label.
     feature_dtype: also collect every example's stacked hidden states in this
-      dtype into `state.features` (single-process runs that start at batch 0;
-      a resumed pass collects none).
+      dtype into `features` (single-process runs that start at batch 0).
   """
-  if state is None:
-    state = MeansState.zeros(config, pipeline.columns(data)["input_ids"].shape[1])
-  if feature_dtype is not None and (state.next_batch or jax.process_count() > 1):
-    feature_dtype = None
-  fn = compiled_batch_sums(config, attention, mesh, feature_dtype)
-  params = parallel.put_replicated(params, mesh)
-  rows = []
-  for step, out, valid in parallel.map_batches(
-      lambda b: fn(params, b), data, batch_size=batch_size, mesh=mesh,
-      start=state.next_batch, desc=desc):
-    (sums, counts, n), feats = out if feature_dtype is not None else (out, None)
-    if feats is not None:
-      rows.append(feats[valid])
-    state.sums += np.asarray(sums, np.float64)
-    state.counts += np.asarray(counts, np.float64)
-    state.num_examples += int(round(float(n)))
-    state.next_batch = step + 1
-    stop = preemption.requested()
-    if checkpoint is not None and (stop or (
-        checkpoint_every > 0 and state.next_batch % checkpoint_every == 0)):
-      checkpoint(state)
-    if stop:
-      raise preemption.Preempted(f"{desc or 'means'}: stopped after batch {state.next_batch}.")
-  if rows:
-    state.features = np.concatenate(rows)
-  return state
-
-
-def save_partial(path: str, state: MeansState, run_key: str) -> None:
-  with workdir.atomic_write(path, "wb") as f:
-    np.savez(f, sums=state.sums, counts=state.counts, next_batch=state.next_batch,
-             num_examples=state.num_examples, run_key=np.asarray(run_key))
-
-
-def load_partial(path: str, run_key: str) -> MeansState | None:
-  """The partial sums of the same run, or None (absent, foreign or corrupt)."""
-  if not os.path.exists(path):
-    return None
-  try:
-    with np.load(path) as z:
-      if str(z["run_key"]) != run_key:
-        return None
-      return MeansState(z["sums"].astype(np.float64), z["counts"].astype(np.float64),
-                        int(z["next_batch"]), int(z["num_examples"]))
-  except (OSError, ValueError, KeyError, zipfile.BadZipFile, EOFError):
-    return None
+  stat = AttentionSums(attention)
+  totals = runner.sum_pass(
+      stat, stat.capture, config, (params,), data, mesh, batch_size=batch_size, partial=partial,
+      run_key=run_key, checkpoint_every=checkpoint_every, desc=desc,
+      rows_fn=HiddenStates(feature_dtype) if feature_dtype is not None else None)
+  L = pipeline.columns(data)["input_ids"].shape[1]
+  if not totals.sums:  # No batch at all.
+    return MeansState(np.zeros((config.num_layers, config.num_heads, L, L)), np.zeros((L, L)))
+  return MeansState(totals.sums["attention"], totals.weights["attention"], totals.examples,
+                    totals.rows)
 
 
 def save_means(path: str, state: MeansState, metadata: dict) -> None:
@@ -225,3 +171,72 @@ def load_means(path: str, *, fingerprint: str | None = None,
   if not np.all(np.isfinite(m.avgs)):
     raise MeansFileError(f"{path} contains non-finite averages.")
   return m
+
+
+# The means stage.
+
+
+def metadata(setup: Setup, variant: str) -> dict:
+  """What a means file of this run records (and `load_checked` compares)."""
+  c, d, mc = setup.config, setup.config.data, setup.model.config
+  return dict(model=c.model.name, model_fingerprint=setup.model_fingerprint,
+              architecture=mc.architecture_dict(), task=setup.task.name, split="train",
+              max_length=setup.max_length, attention=variant, papa_layout=d.papa_layout,
+              faithful_segment_ids=d.faithful_segment_ids,
+              data_fingerprint=workdir.fingerprint(d.to_dict()))
+
+
+def load_checked(setup: Setup, variant: str) -> Means:
+  """This run's means file of `variant`, checked to fit the model, length and data."""
+  mc, L = setup.model.config, setup.max_length
+  path = setup.layout.means(variant)
+  m = load_means(path, fingerprint=setup.model_fingerprint, max_length=L,
+                 shape=(mc.num_layers, mc.num_heads, L, L))
+  want = metadata(setup, variant)
+  for key in ("attention", "data_fingerprint"):
+    if m.metadata.get(key) != want[key]:
+      raise MeansFileError(
+          f"{path} was computed with {key}={m.metadata.get(key)!r}, this run has "
+          f"{want[key]!r} (a different data config: {setup.config.data}).")
+  return m
+
+
+def _check(setup: Setup) -> None:
+  for v in setup.variants:
+    if os.path.exists(setup.layout.means(v)):
+      load_checked(setup, v)  # Raises if it does not fit.
+
+
+def _run(setup: Setup) -> None:
+  c = setup.config
+  for variant in setup.variants:
+    path = setup.layout.means(variant)
+    if os.path.exists(path):
+      load_checked(setup, variant)
+      logging.info("means (%s): %s exists; skipping.", variant, path)
+      continue
+    meta = metadata(setup, variant)
+    partial = setup.layout.means_partial(variant)
+    t0 = time.perf_counter()
+    # The raw pass is the baseline's forward over the same examples: keep its
+    # hidden states as the baseline probe's cached train features.
+    reuse = c.probe.cache_features and variant == "raw"
+    state = accumulate(
+        setup.model.config, setup.model.params, setup.train_data, setup.mesh,
+        batch_size=c.run.batch_size, attention=variant, partial=partial,
+        run_key=workdir.fingerprint(dict(meta, batch_size=c.run.batch_size,
+                                         examples=len(setup.train_data))),
+        checkpoint_every=c.run.checkpoint_every_batches, desc=f"means ({variant})",
+        feature_dtype=c.probe.feature_dtype if reuse else None)
+    if state.features is not None:
+      setup.baseline_train_features = features_lib.Features(
+          state.features, setup.train_data.attention_mask, setup.train_data.labels)
+    if parallel.is_main_process():
+      save_means(path, state, meta)
+      resume.remove(partial)
+    logging.info("means (%s): %d examples in %.1fs -> %s", variant, state.num_examples,
+                 time.perf_counter() - t0, path)
+
+
+STAGE = Stage(name="means", run=_run, inputs=("train",), writes=("means/means_*.npz",),
+              groups=config_schema.PAPA_GROUPS, check=_check)

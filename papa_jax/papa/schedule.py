@@ -22,6 +22,11 @@ def static_head_counts(total_heads: int, fractions: Sequence[float]) -> list[int
   return sorted({int(np.floor(float(f) * total_heads + 1e-9)) for f in fractions})
 
 
+def needs_ranking(counts: Sequence[int], total_heads: int) -> bool:
+  """Whether a schedule needs the head ranking (a count strictly between 0 and all)."""
+  return any(0 < k < total_heads for k in counts)
+
+
 def ranking_from_lambdas(lambdas: np.ndarray) -> list[list[int]]:
   """Heads by ascending gate logit: the least input-dependent first.
 

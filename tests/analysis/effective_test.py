@@ -2,7 +2,6 @@
 
 import chex
 import hypothesis
-import hypothesis.extra.numpy as hnp
 import hypothesis.strategies as st
 import jax
 import jax.numpy as jnp
@@ -10,7 +9,7 @@ import numpy as np
 import pytest
 
 import papa_jax as pj
-from papa_jax.analysis import effective as eff
+from papa_jax import effective as eff
 
 
 
@@ -133,7 +132,7 @@ def test_effective_model_override_keeps_outputs_on_real_weights(minilm, minilm_t
   d = minilm.config.dim_per_head
   assert mask[0].sum() > d  # The null space is non-trivial for the long example.
   ref = minilm.apply(ids, mask, capture_attention=True, capture_values=True)
-  out = minilm.apply(ids, mask, override=pj.AttentionOverride(probs_fn=eff.effective_probs_fn))
+  out = minilm.apply(ids, mask, override=pj.AttentionOverride.intervene(pj.EffectiveAttention()))
   m = mask.astype(bool)
   for a, b in zip(out.hidden_states, ref.hidden_states):
     assert np.abs(np.asarray(a)[m] - np.asarray(b)[m]).max() <= 1e-4

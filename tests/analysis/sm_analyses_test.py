@@ -1,6 +1,7 @@
 """Sun & Marasovic's other analyses: fine-tuning change, linguistic features, head ablation."""
 
 import json
+import os
 
 import jax
 import jax.numpy as jnp
@@ -8,7 +9,7 @@ import numpy as np
 import pytest
 
 import papa_jax as pj
-from papa_jax import convert, parallel, probes, run
+from papa_jax import convert, parallel, preemption, probes, run
 from papa_jax.analysis import ablation, finetune, linguistic
 from papa_jax.data import preprocess, tasks
 from tests import testing
@@ -20,14 +21,9 @@ def dev(minilm_tokenizer, sst2_dir):
   return testing.sst2_dev_sample(minilm_tokenizer, sst2_dir, longest=4, first=4)
 
 
-def _batch(data):
-  return dict(data.arrays(), valid=np.ones(len(data), bool))
-
-
 def test_finetune_model_with_itself_is_cosine_one_and_js_zero(minilm, dev):
-  fn = jax.jit(finetune.make_batch_stats(minilm.config))
-  st = finetune.finalize(jax.tree.map(np.asarray, fn((minilm.params, minilm.params),
-                                                       _batch(dev))))
+  st = testing.analysis_means(finetune.Finetune("itself"), minilm, dev.arrays(),
+                              params=(minilm.params, minilm.params))
   assert st["count"] == 8
   np.testing.assert_allclose(st["cos_raw"], 1.0, atol=1e-6)
   np.testing.assert_allclose(st["cos_eff"], 1.0, atol=1e-6)
@@ -37,9 +33,8 @@ def test_finetune_model_with_itself_is_cosine_one_and_js_zero(minilm, dev):
 def test_finetune_fine_tuned_model_differs_and_mismatches_are_refused(minilm, dev, tmp_path):
   pytest.importorskip("sre_embedding_model")
   other = convert.load_pretrained("pkg:sre_embedding_model/model_weights")
-  fn = jax.jit(finetune.make_batch_stats(minilm.config))
-  st = finetune.finalize(jax.tree.map(np.asarray, fn((minilm.params, other.params),
-                                                       _batch(dev))))
+  st = testing.analysis_means(finetune.Finetune("sre"), minilm, dev.arrays(),
+                              params=(minilm.params, other.params))
   assert 0.5 < st["cos_raw"].min() < 1.0 and st["js_raw"].max() > 1e-6
   tiny = convert.load_pretrained(str(require_shared("fixtures", "tiny-random", "bert",
                                                     "BertModel")))
@@ -82,9 +77,7 @@ def test_linguistic_stats_equal_numpy_on_one_example(minilm, minilm_tokenizer):
   enc = preprocess.encode(task, [rec], minilm_tokenizer, 16, papa_layout=False)
   cls = linguistic.class_ids(enc.input_ids, enc.attention_mask, enc.labels, names,
                              minilm_tokenizer.cls_token_id, minilm_tokenizer.sep_token_id)
-  batch = dict(enc.arrays(), valid=np.ones(1, bool), classes=cls)
-  st = linguistic.finalize(jax.tree.map(np.asarray, jax.jit(
-      linguistic.make_batch_stats(minilm.config))(minilm.params, batch)))
+  st = testing.analysis_means(linguistic.Linguistic(), minilm, dict(enc.arrays(), classes=cls))
   a = np.asarray(minilm.apply(enc.input_ids, enc.attention_mask,
                               capture_attention=True).attentions[2][0], np.float64)
   real = enc.attention_mask[0] > 0
@@ -109,13 +102,14 @@ def test_ablation_own_attention_changes_nothing_and_uniform_equals_numpy(minilm,
   H = cfg.num_heads
   rep = lambda x: np.repeat(x, H, 0)
   real = mask[0] > 0
-  out = minilm.apply(rep(ids), rep(mask), override=pj.AttentionOverride.ablate(
-      "constant", np.full(H, 3), np.arange(H), own))
+  out = minilm.apply(rep(ids), rep(mask), override=pj.AttentionOverride.intervene(
+      pj.HeadAblation(np.full(H, 3), np.arange(H), own, kind="constant")))
   for a, b in zip(out.hidden_states, stock.hidden_states):
     np.testing.assert_allclose(np.asarray(a)[:, real], np.broadcast_to(
         np.asarray(b)[:, real], np.asarray(a)[:, real].shape), atol=2e-5)
   # Uniform attention on head 5 of layer 0 against a float64 numpy layer.
-  out = minilm.apply(ids, mask, override=pj.AttentionOverride.ablate("uniform", [0], [5]))
+  out = minilm.apply(ids, mask, override=pj.AttentionOverride.intervene(
+      pj.HeadAblation([0], [5], kind="uniform")))
   p = jax.tree.map(lambda x: np.asarray(x, np.float64), minilm.params["layer_0"])
   x = np.asarray(out.hidden_states[0], np.float64)
   m = mask.astype(np.float64)
@@ -156,7 +150,8 @@ def test_ablation_rank_agreement():
   assert ablation.rank_agreement(drop, -drop)["overlap"] == 0
 
 
-def test_analysis_stages_end_to_end(tmp_path, minilm):
+@pytest.mark.slow
+def test_analysis_stages_end_to_end(tmp_path, minilm, monkeypatch):
   """finetune, linguistic and ablation stages on tiny inputs, in one workdir."""
   del minilm
   pytest.importorskip("sre_embedding_model")
@@ -164,7 +159,7 @@ def test_analysis_stages_end_to_end(tmp_path, minilm):
   fast = {"data.max_length": 32, "data.papa_layout": False, "effective.max_examples": 16,
           "run.batch_size": 8}
   s = run.run(tiny_config(tmp_path, stage="finetune", **fast, **{
-      "effective.other_model": "pkg:sre_embedding_model/model_weights"}), wd)
+      "finetune.other_model": "pkg:sre_embedding_model/model_weights"}), wd)
   assert s["examples"] == 16 and 0.5 < s["mean_cos_raw"] < 1
   st = json.load(open(tmp_path / "wd" / "finetune" / "stats.json"))
   assert np.asarray(st["cos_eff"]).shape == (6, 12)
@@ -174,7 +169,7 @@ def test_analysis_stages_end_to_end(tmp_path, minilm):
   assert s["examples_with_class"]["CLS"] == 16 and s["examples_with_class"]["NOUN"] > 0
   assert (tmp_path / "pos" / "linguistic" / "cls_mass.png").exists()
   c = tiny_config(tmp_path, stage="ablation", **fast, **{
-      "effective.ablations": ("uniform", "effective"), "probe.epochs": 1,
+      "ablation.kinds": ("uniform", "effective"), "probe.epochs": 1,
       "data.max_train_examples": 32, "data.max_eval_examples": 16})
   c.effective.max_examples = 12  # The analysis subset, not the PAPA eval split.
   s = run.run(c, str(tmp_path / "abl"))
@@ -182,5 +177,25 @@ def test_analysis_stages_end_to_end(tmp_path, minilm):
   change = np.asarray(json.load(open(tmp_path / "abl" / "ablation" / "stats.json"))[
       "change_uniform"])
   assert change.shape == (6, 12)
-  again = run.run(c, str(tmp_path / "abl"))  # Resumed: every layer file reused.
-  assert again["mean_change_uniform"] == s["mean_change_uniform"]
+  # Preempted after 3 of the 12 (replacement, layer) units, then resumed from there.
+  os.remove(tmp_path / "abl" / "ablation" / "stats.json")
+  calls, real, armed = [], ablation.ablate_layer, [True]
+
+  def stop_at_fourth(*args, **kwargs):
+    calls.append(args[2:4])
+    if armed[0] and len(calls) == 4:
+      armed[0] = False
+      raise preemption.Preempted("test: SIGTERM during the fourth unit")
+    return real(*args, **kwargs)
+  monkeypatch.setattr(ablation, "ablate_layer", stop_at_fourth)
+  with pytest.raises(preemption.Preempted):
+    run.run(c, str(tmp_path / "abl"))
+  with np.load(tmp_path / "abl" / "ablation" / "partial.partial.npz") as z:
+    assert int(z["position"]) == 3  # Landed mid-work: three units saved.
+  calls.clear()
+  again = run.run(c, str(tmp_path / "abl"))
+  assert calls[0] == ("uniform", 3) and len(calls) == 9  # Units 0-2 were not redone.
+  for k in ("uniform", "effective"):
+    assert again[f"mean_change_{k}"] == s[f"mean_change_{k}"]
+  np.testing.assert_array_equal(np.asarray(json.load(open(
+      tmp_path / "abl" / "ablation" / "stats.json"))["change_uniform"]), change)

@@ -1,17 +1,14 @@
 """The effective-attention analysis: statistics vs numpy, sharding, the stage, PAPA-eff."""
 
 import json
-import os
 
-import jax
 import numpy as np
 import pytest
 
-from papa_jax import parallel, run
-from papa_jax.analysis import stats
-from papa_jax.data import pipeline
-from tests.testing import require_shared, sst2_dev_sample
-from tests.testing import tiny_config
+from papa_jax import preemption, run
+from papa_jax.analysis import effective_stats as stats
+from tests.testing import (analysis_means, sigterm_during_batch,
+                           sst2_dev_sample, tiny_config)
 
 
 @pytest.fixture(scope="module")
@@ -52,9 +49,7 @@ def _numpy_stats(minilm, arrays, layer):
 
 
 def test_effective_stats_match_numpy(minilm, long_batch):
-  fn = jax.jit(stats.make_batch_stats(minilm.config))
-  batch = pipeline.gather(long_batch, np.arange(len(long_batch["labels"])))
-  st = stats.finalize(jax.tree.map(np.asarray, fn(minilm.params, batch)))
+  st = analysis_means(stats.EffectiveStats(minilm.config.dim_per_head), minilm, long_batch)
   assert st["count/all"] == 11 and 0 < st["count/long"] < 11
   for layer in (0, 3):
     want = _numpy_stats(minilm, long_batch, layer)
@@ -64,25 +59,32 @@ def test_effective_stats_match_numpy(minilm, long_batch):
 
 
 def test_effective_stats_8_devices_equal_1(minilm, long_batch):
-  outs = []
-  for n in (1, 8):
-    mesh = parallel.make_mesh(n)
-    fn = parallel.sharded_sum(stats.make_batch_stats(minilm.config), mesh)
-    total = {}
-    for b in pipeline.batches(long_batch, 8):  # 11 examples: the last batch is padded.
-      for k, v in jax.device_get(fn(minilm.params, parallel.put_batch(b, mesh))).items():
-        total[k] = total.get(k, 0) + np.asarray(v, np.float64)
-    outs.append(stats.finalize(total))
+  analysis = stats.EffectiveStats(minilm.config.dim_per_head)
+  # 11 examples in batches of 8: the last batch is padded.
+  outs = [analysis_means(analysis, minilm, long_batch, devices=n, batch_size=8) for n in (1, 8)]
   for k in outs[0]:
     np.testing.assert_allclose(outs[0][k], outs[1][k], atol=2e-5, err_msg=k)
 
 
-def test_effective_stage_writes_stats_and_figures(tmp_path, minilm):
+@pytest.mark.slow
+def test_effective_stage_writes_stats_and_figures_and_resumes(tmp_path, minilm, monkeypatch):
   del minilm
   c = tiny_config(tmp_path, stage="effective", **{
       "data.max_length": 64, "data.papa_layout": False, "effective.max_examples": 24,
       "run.batch_size": 8})
+  # Preempted while its second of three batches is added, then resumed from there.
+  with sigterm_during_batch(monkeypatch, 2) as added:
+    with pytest.raises(preemption.Preempted, match="after batch 2"):
+      run.run(c, str(tmp_path / "resumed"))
+    preemption.reset()  # A rerun is a new process: no request pending.
+    with np.load(tmp_path / "resumed" / "effective" / "partial.partial.npz") as z:
+      assert int(z["position"]) == 2  # Landed mid-pass.
+    added.clear()
+    resumed = run.run(c, str(tmp_path / "resumed"))
+    assert len(added) == 1  # Only the last batch was computed again.
   summary = run.run(c, str(tmp_path / "wd"))
+  assert resumed == summary
+  st_resumed = json.load(open(tmp_path / "resumed" / "effective" / "stats.json"))
   out = tmp_path / "wd" / "effective"
   for f in ("stats.json", "stats.csv", "mass_heatmaps.png", "agreement_heatmaps.png",
             "example_attention.png"):
@@ -92,15 +94,20 @@ def test_effective_stage_writes_stats_and_figures(tmp_path, minilm):
   assert np.asarray(st["mass_raw/all"]).shape == (6, 12, 4)
   np.testing.assert_allclose(np.asarray(st["mass_raw/all"]).sum(-1), 1.0, atol=1e-4)
   assert len(open(out / "stats.csv").read().splitlines()) == 1 + 2 * 72
+  for k, v in st.items():
+    if k.endswith(("/all", "/long")):
+      np.testing.assert_array_equal(np.asarray(st_resumed[k]), np.asarray(v), err_msg=k)
+  assert not (out / "partial.partial.npz").exists()
 
 
 def test_invalid_effective_figure_head_does_not_exist(tmp_path, minilm):
   del minilm
-  c = tiny_config(tmp_path, stage="effective", **{"effective.figure_head": 12})
-  with pytest.raises(ValueError, match="figure_head=12 does not exist"):
+  c = tiny_config(tmp_path, stage="effective", **{"figures.head": 12})
+  with pytest.raises(ValueError, match="figures.head=12 does not exist"):
     run.run(c, str(tmp_path / "wd"))
 
 
+@pytest.mark.slow
 def test_papa_effective_variant_reported_beside_raw(tmp_path, minilm):
   """PAPA with mean *effective* attention; at 32 tokens (<= head dim) means coincide."""
   del minilm

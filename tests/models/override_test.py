@@ -131,7 +131,7 @@ def test_override_gate_limits(minilm, batch):
     np.testing.assert_allclose(np.asarray(got)[m], np.asarray(want)[m], atol=1e-5)
 
 
-def test_override_probs_fn_receives_layer_and_values(minilm, batch):
+def test_override_transform_receives_layer_and_values(minilm, batch):
   ids, mask = batch
   seen = []
 
@@ -141,8 +141,8 @@ def test_override_probs_fn_receives_layer_and_values(minilm, batch):
       return probs
     return attn.mask_and_normalize(jnp.ones_like(probs), mask)
 
-  out = minilm.apply(ids, mask, override=pj.AttentionOverride(probs_fn=uniform_layer_2),
-                     capture_attention=True)
+  out = minilm.apply(ids, mask, capture=pj.Capture(probs=True),
+                     override=pj.AttentionOverride.intervene(pj.Transform(uniform_layer_2)))
   assert [s[0] for s in seen] == list(range(6))
   assert seen[0][1] == (3, 12, 16, 32)
   a = np.asarray(out.attentions[2])

@@ -4,9 +4,10 @@ import jax
 import numpy as np
 import pytest
 
-from papa_jax import parallel
+from papa_jax import convert, parallel, preemption, resume
 from papa_jax.data import preprocess, readers, tasks
 from papa_jax.papa import means as means_lib
+from tests.testing import sigterm_during_batch
 
 L = 32
 
@@ -63,29 +64,25 @@ def test_shard_mean_8_devices_equals_1_device(minilm, sst2_rows):
   assert np.abs(one.averages() - eight.averages()).max() <= 1e-6
 
 
-def test_mean_resume_from_partial_sums_equals_one_pass(minilm, sst2_rows, tmp_path):
-  mesh = parallel.make_mesh(1)
+def test_mean_resume_from_partial_sums_equals_one_pass(minilm, sst2_rows, tmp_path,
+                                                       monkeypatch):
   full = _means(minilm, sst2_rows, 1, 16)
-  saved = []
-
-  def checkpoint(state):
-    if state.next_batch == 2:
-      means_lib.save_partial(str(tmp_path / "p.npz"), state, "key")
-      saved.append(state.next_batch)
-  _means(minilm, sst2_rows, 1, 16, checkpoint=checkpoint, checkpoint_every=2)
-  assert saved == [2]
-  assert means_lib.load_partial(str(tmp_path / "p.npz"), "other-run") is None
-  resumed = means_lib.load_partial(str(tmp_path / "p.npz"), "key")
-  assert resumed.next_batch == 2 and resumed.num_examples == 32
-  means_lib.accumulate(minilm.config, minilm.params, sst2_rows, mesh, batch_size=16,
-                       state=resumed)
-  np.testing.assert_allclose(resumed.sums, full.sums, rtol=1e-12, atol=1e-9)
-  assert resumed.num_examples == full.num_examples
+  partial = str(tmp_path / "means.partial.npz")
+  with sigterm_during_batch(monkeypatch, 2):  # The second of four batches.
+    with pytest.raises(preemption.Preempted, match="after batch 2"):
+      _means(minilm, sst2_rows, 1, 16, partial=partial, run_key="key", checkpoint_every=100)
+  saved = resume.load(partial, "key")
+  assert saved.position == 2 and int(saved.arrays["examples"]) == 32  # Landed mid-pass.
+  assert resume.load(partial, "other-run") is None
+  resumed = _means(minilm, sst2_rows, 1, 16, partial=partial, run_key="key")
+  np.testing.assert_array_equal(resumed.sums, full.sums)
+  np.testing.assert_array_equal(resumed.counts, full.counts)
+  assert resumed.num_examples == full.num_examples == 61
 
 
 def test_mean_file_roundtrip_and_invalid_files(minilm, sst2_rows, tmp_path):
   state = _means(minilm, sst2_rows.take(np.arange(8)), 1, 8)
-  fp = means_lib.model_fingerprint(minilm.config, minilm.params)
+  fp = minilm.fingerprint
   path = str(tmp_path / "means.npz")
   means_lib.save_means(path, state, dict(model="minilm", model_fingerprint=fp, max_length=L))
   m = means_lib.load_means(path, fingerprint=fp, max_length=L)
@@ -103,8 +100,13 @@ def test_mean_file_roundtrip_and_invalid_files(minilm, sst2_rows, tmp_path):
     means_lib.load_means(str(tmp_path / "none.npz"))
 
 
-def test_model_fingerprint_distinguishes_weights(minilm):
+def test_model_fingerprint_distinguishes_weights_and_precision(minilm):
   other = jax.tree.map(lambda x: x, minilm.params)
   other["layer_0"]["output"]["bias"] = other["layer_0"]["output"]["bias"] + 1e-3
-  assert (means_lib.model_fingerprint(minilm.config, minilm.params)
-          != means_lib.model_fingerprint(minilm.config, other))
+  assert (convert.params_fingerprint(minilm.config, minilm.params)
+          != convert.params_fingerprint(minilm.config, other))
+  bf16 = convert.Pretrained(minilm.config.replace(compute_dtype="bfloat16"), minilm.params,
+                            minilm.model_dir)
+  assert bf16.fingerprint != minilm.fingerprint
+  again = convert.Pretrained(minilm.config, minilm.params, minilm.model_dir)
+  assert again.fingerprint == minilm.fingerprint

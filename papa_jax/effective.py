@@ -121,9 +121,3 @@ def null_attention(A: Array, T: Array, key_mask: Array | None = None, **kwargs) 
     A = jnp.where(keep, A, 0)
   return A.astype(a_eff.dtype) - a_eff
 
-
-def effective_probs_fn(probs: Array, mask: Array, *, layer: int, values: Array) -> Array:
-  """An `AttentionOverride.probs_fn` replacing every head by its effective attention."""
-  del layer
-  key_mask = jnp.broadcast_to(mask[:, None, :], probs.shape[:-1])
-  return effective_attention(probs, values, key_mask)[0]

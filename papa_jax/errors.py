@@ -1,0 +1,7 @@
+"""Errors every layer raises; a leaf module, so any module can import it."""
+
+from __future__ import annotations
+
+
+class ConfigError(ValueError):
+  """A config that cannot run, found before any long computation."""

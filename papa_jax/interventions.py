@@ -1,0 +1,198 @@
+"""Interventions at named sites of a layer's attention, as pytrees (penzai's style).
+
+Each class is a registered dataclass: array fields are traced (the ablated
+head or zeroed token of each example, replacement matrices), so a jitted
+function run with another head set or token never recompiles; the class and
+its static fields decide what compiles. Pass them to the encoder in an
+`AttentionOverride`:
+
+  ov = AttentionOverride.intervene(HeadAblation("uniform", layers, heads))
+  out = model.apply(ids, mask, override=ov)
+
+`attend` (`papa_jax/attention.py`) calls each at its `site` ("values",
+"probs" or "context"; see `attention.Intervention` for the shapes). Per-example
+targets use -1 for "none", so one batch can hold rows that intervene on
+different layers, heads or tokens, and rows that do not intervene at all.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import ClassVar, Protocol
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from papa_jax import effective
+from papa_jax.attention import mask_and_normalize, uniform_probs
+
+Array = jax.Array
+ABLATIONS = ("uniform", "constant", "effective")
+
+
+class ProbsFn(Protocol):
+  """A user transformation of one layer's attention probabilities (`Transform`).
+
+  Called as `fn(probs, mask, layer=l, values=v)` with probs `[B, H, L, L]`,
+  mask `[B, L]` (bool), the layer index (a Python int) and the layer's value
+  vectors `[B, H, L, head_dim]` (bias included). Returns probs of the same
+  shape, which then multiply the values.
+  """
+
+  def __call__(self, probs: Array, mask: Array, *, layer: int, values: Array) -> Array:
+    ...
+
+
+def _rows(x):
+  """Python lists of per-example targets as an int32 array (arrays and tracers pass)."""
+  return np.asarray(x, np.int32) if isinstance(x, (list, tuple)) else x
+
+
+def _check_rows(name: str, arr, batch: int | None) -> None:
+  shape = tuple(np.shape(arr))
+  if len(shape) != 1 or (batch is not None and shape[0] != batch):
+    raise ValueError(f"{name} has shape {shape}; expected [batch] = ({batch},).")
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class Transform:
+  """A user function of every layer's probabilities (static: hashed by identity)."""
+
+  fn: ProbsFn = dataclasses.field(metadata=dict(static=True))
+  site: ClassVar[str] = "probs"
+
+  def __call__(self, x: Array, *, layer: int, mask: Array, values: Array | None) -> Array:
+    return self.fn(x, mask, layer=layer, values=jnp.swapaxes(values, 1, 2))
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class EffectiveAttention:
+  """Every head's probabilities replaced by its effective attention (Brunner et al.).
+
+  `A_eff V = A V` by construction, so the outputs do not change: a check of
+  the effective-attention code on a real model, and a base for transforms.
+  """
+
+  rtol: float | None = dataclasses.field(default=None, metadata=dict(static=True))
+  site: ClassVar[str] = "probs"
+
+  def __call__(self, x: Array, *, layer: int, mask: Array, values: Array | None) -> Array:
+    del layer
+    key_mask = jnp.broadcast_to(mask[:, None, :], x.shape[:-1])
+    return effective.effective_attention(x, jnp.swapaxes(values, 1, 2), key_mask,
+                                         rtol=self.rtol)[0]
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class HeadAblation:
+  """Example b's head `heads[b]` of layer `layers[b]` replaced (-1: none).
+
+  kinds: "uniform" (uniform over the example's real tokens), "constant" (the
+  head's constant matrix `constants[layer, head]`, masked and renormalised as
+  PAPA does), "effective" (its effective attention: output-preserving).
+
+  Attributes:
+    kind: one of `ABLATIONS` (static).
+    layers, heads: `[batch]` int (traced).
+    constants: `[layers, heads, L, L]` for "constant", else None (traced).
+  """
+
+  layers: Array
+  heads: Array
+  constants: Array | None = None
+  kind: str = dataclasses.field(default="uniform", metadata=dict(static=True))
+  site: ClassVar[str] = "probs"
+
+  def __post_init__(self):
+    if self.kind not in ABLATIONS:
+      raise ValueError(f"ablation kind {self.kind!r}; choose one of {ABLATIONS}.")
+    object.__setattr__(self, "layers", _rows(self.layers))
+    object.__setattr__(self, "heads", _rows(self.heads))
+
+  def validate(self, *, num_layers: int, num_heads: int, seq_len: int,
+               batch: int | None) -> None:
+    _check_rows("HeadAblation.layers", self.layers, batch)
+    _check_rows("HeadAblation.heads", self.heads, batch)
+    if self.kind == "constant":
+      want = (num_layers, num_heads, seq_len, seq_len)
+      if self.constants is None or tuple(self.constants.shape) != want:
+        got = None if self.constants is None else tuple(self.constants.shape)
+        raise ValueError(f"HeadAblation('constant') needs constants of shape [layers, heads, "
+                         f"L, L] = {want}; got {got}.")
+
+  def __call__(self, x: Array, *, layer: int, mask: Array, values: Array | None) -> Array:
+    heads = jnp.where(jnp.asarray(self.layers) == layer, jnp.asarray(self.heads, jnp.int32), -1)
+    sel = jnp.maximum(heads, 0)
+    own = jnp.take_along_axis(x, sel[:, None, None, None], axis=1)[:, 0]  # [B, L, L]
+    if self.kind == "uniform":
+      new = uniform_probs(mask, own[:, None].shape, own.dtype)[:, 0]
+    elif self.kind == "constant":
+      new = mask_and_normalize(self.constants[layer][sel][:, None], mask)[:, 0]
+    else:
+      v = jnp.take_along_axis(values, sel[:, None, None, None], axis=2)[:, :, 0]  # [B, L, d]
+      new = effective.effective_attention(own, v, mask.astype(bool))[0].astype(own.dtype)
+    hit = (jnp.arange(x.shape[1])[None] == heads[:, None])[:, :, None, None]
+    return jnp.where(hit, new[:, None], x)
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class ValueZeroing:
+  """Example b's value vectors of token `tokens[b]` zeroed in every head of layer
+  `layers[b]` (-1: none), as in value zeroing (Mohebbi et al. 2023).
+
+  Attributes:
+    layers, tokens: `[batch]` int (traced).
+  """
+
+  layers: Array
+  tokens: Array
+  site: ClassVar[str] = "values"
+
+  def __post_init__(self):
+    object.__setattr__(self, "layers", _rows(self.layers))
+    object.__setattr__(self, "tokens", _rows(self.tokens))
+
+  def validate(self, *, num_layers: int, num_heads: int, seq_len: int,
+               batch: int | None) -> None:
+    del num_layers, num_heads, seq_len
+    _check_rows("ValueZeroing.layers", self.layers, batch)
+    _check_rows("ValueZeroing.tokens", self.tokens, batch)
+
+  def __call__(self, x: Array, *, layer: int, mask: Array, values: Array | None) -> Array:
+    del mask, values
+    token = jnp.where(jnp.asarray(self.layers) == layer, jnp.asarray(self.tokens), -1)
+    hit = jnp.arange(x.shape[1])[None] == token[:, None]  # [B, L]
+    return jnp.where(hit[:, :, None, None], jnp.zeros((), x.dtype), x)
+
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class HeadMask:
+  """Each head's output scaled by `scale[layer, head]` (Michel et al. 2019's head mask).
+
+  0 removes a head's contribution, 1 keeps it; the gradient with respect to
+  `scale` at 1 is Michel et al.'s head importance.
+
+  Attributes:
+    scale: `[layers, heads]` (traced).
+  """
+
+  scale: Array
+  site: ClassVar[str] = "context"
+
+  def validate(self, *, num_layers: int, num_heads: int, seq_len: int,
+               batch: int | None) -> None:
+    del seq_len, batch
+    if tuple(np.shape(self.scale)) != (num_layers, num_heads):
+      raise ValueError(f"HeadMask.scale has shape {tuple(np.shape(self.scale))}; expected "
+                       f"[layers, heads] = {(num_layers, num_heads)}.")
+
+  def __call__(self, x: Array, *, layer: int, mask: Array, values: Array | None) -> Array:
+    del mask, values
+    return x * jnp.asarray(self.scale)[layer][None, None, :, None].astype(x.dtype)

@@ -1,0 +1,75 @@
+"""The sort stage: PAPA's head-sorting run, whose gates rank the heads.
+
+A probe trains on the frozen encoder with every head gated between its own
+attention and its constant matrix (`AttentionOverride.gated`); the learned
+gate logits (`sort/lambdas.npy`) order the heads, least input-dependent first
+(`sort/sorted_heads.json`). Skipped when the static-head counts need no
+ranking (only 0 and all heads constant).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl import logging
+
+from papa_jax import config_schema, parallel, train, workdir
+from papa_jax import data as data_lib
+from papa_jax.attention import AttentionOverride
+from papa_jax.papa import means, schedule
+from papa_jax.stage import Setup, Stage
+
+
+def static_head_counts(setup: Setup) -> list[int]:
+  """This run's schedule: how many heads are constant in each probing run."""
+  return schedule.static_head_counts(setup.model.config.total_heads,
+                                     config_schema.fractions(setup.config))
+
+
+def needs_ranking(setup: Setup) -> bool:
+  return schedule.needs_ranking(static_head_counts(setup), setup.model.config.total_heads)
+
+
+def _run(setup: Setup) -> None:
+  cfg, mc, layout = setup.config, setup.model.config, setup.layout
+  if not needs_ranking(setup):
+    logging.info("sort: static-head counts %s need no ranking; skipping.",
+                 static_head_counts(setup))
+    return
+  fingerprint = setup.result_fingerprint(stage="sort")
+  if os.path.exists(layout.ranking) and os.path.exists(layout.sort_history):
+    if workdir.read_json(layout.sort_history).get("fingerprint") == fingerprint:
+      logging.info("sort: %s exists; skipping.", layout.ranking)
+      return
+  constants = jnp.asarray(means.load_checked(setup, "raw").avgs)
+  encoder = train.FrozenEncoder(
+      setup.model.params, AttentionOverride.gated(constants, jnp.zeros(constants.shape[:2])),
+      mc, dropout=cfg.probe.encoder_dropout)
+  data = setup.train_data
+  if 0 < cfg.sort.max_train_examples < len(data):
+    data = data.take(data_lib.subsample_indices(len(data), cfg.sort.max_train_examples,
+                                                cfg.data.subsample_seed + 1))
+  t0 = time.perf_counter()
+  state, history, _ = train.fit(
+      "sort", train.probe_module(setup.task, mc, cfg.probe), encoder,
+      train.make_optimizer(cfg.probe, gate_learning_rate=cfg.sort.gate_learning_rate),
+      train.FitConfig.from_config(cfg, cfg.sort.epochs, cfg.sort.seed,
+                                  layout.checkpoints(layout.stage_dir("sort")), fingerprint),
+      data, setup.eval_data, train.scorer(setup.task, setup.eval_data.labels), setup.mesh)
+  lambdas = np.asarray(jax.device_get(state.params["gates"]))
+  if parallel.is_main_process():
+    schedule.save_ranking(layout.stage_dir("sort"), lambdas)
+    sig = jax.nn.sigmoid(lambdas)
+    workdir.write_json(layout.sort_history, dict(
+        fingerprint=fingerprint, history=history, seconds=time.perf_counter() - t0,
+        sigmoid_spread=[float(sig.min()), float(sig.max())]))
+  logging.info("sort: lambda range [%.4g, %.4g] -> %s", lambdas.min(), lambdas.max(),
+               layout.ranking)
+
+
+STAGE = Stage(name="sort", run=_run, inputs=("train", "eval"), needs=("means",),
+              writes=("sort/sorted_heads.json",), groups=config_schema.PAPA_GROUPS)

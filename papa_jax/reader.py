@@ -1,0 +1,94 @@
+"""Reading a finished workdir: one reader for the API, the suite report and the explorer.
+
+`read_workdir(path)` gives a `FinishedWorkdir`: the config, the results rows,
+the constant matrices of every variant present, the gates and head ranking,
+each analysis stage's `stats.json`, and the per-run dev predictions on demand.
+Paths are `layout.Layout`'s; what is missing is None (or empty), and what is
+there is checked (a ranking must be a permutation of the model's heads, every
+means file must have the same shape).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any
+
+import numpy as np
+
+from papa_jax import config_schema, workdir
+from papa_jax.layout import Layout
+from papa_jax.papa import means as means_lib
+from papa_jax.papa import schedule
+
+ANALYSES = ("effective", "finetune", "linguistic", "ablation")
+
+
+@dataclasses.dataclass
+class FinishedWorkdir:
+  """What a workdir holds (see the module docstring)."""
+
+  layout: Layout
+  config: dict
+  results: dict | None = None
+  means: dict[str, means_lib.Means] = dataclasses.field(default_factory=dict)
+  lambdas: np.ndarray | None = None
+  ranking: list | None = None
+  stats: dict[str, dict] = dataclasses.field(default_factory=dict)
+
+  @property
+  def path(self) -> str:
+    return self.layout.root
+
+  @property
+  def rows(self) -> list[dict]:
+    return list((self.results or {}).get("rows", []))
+
+  @property
+  def seeds(self) -> tuple:
+    return tuple((self.results or {}).get("seeds", ()))
+
+  def predictions(self, variant: str, k: int, seed: int) -> dict[str, np.ndarray] | None:
+    """A probing run's saved dev outputs (`predictions`, `labels`, maybe `logits`)."""
+    path = self.layout.probe_predictions(variant, k, seed)
+    if not os.path.exists(path):
+      return None
+    with np.load(path) as z:
+      return {k: z[k] for k in z.files}
+
+
+def read_workdir(path: str, *, with_means: bool = True) -> FinishedWorkdir:
+  """Reads a finished workdir (`config.json` at least); see `FinishedWorkdir`."""
+  layout = Layout(path)
+  if not os.path.exists(layout.config):
+    raise FileNotFoundError(f"{layout.config} does not exist: {path} is not a finished "
+                            "workdir.")
+  out = FinishedWorkdir(layout, config_schema.migrate(workdir.read_json(layout.config)))
+  if os.path.exists(layout.results()):
+    out.results = workdir.read_json(layout.results())
+  if with_means:
+    out.means = {v: means_lib.load_means(layout.means(v)) for v in means_lib.ATTENTION_KINDS
+                 if os.path.exists(layout.means(v))}
+    shapes = {v: m.avgs.shape for v, m in out.means.items()}
+    if len(set(shapes.values())) > 1:
+      raise ValueError(f"Means files of different shapes in {path}: {shapes}.")
+  if os.path.exists(layout.ranking):
+    out.lambdas = np.load(layout.lambdas) if os.path.exists(layout.lambdas) else None
+    shape = _heads_shape(out)
+    out.ranking = schedule.load_ranking(layout.ranking, *shape)
+    if out.lambdas is not None and out.lambdas.shape != shape:
+      raise ValueError(f"{layout.lambdas} has shape {out.lambdas.shape}; expected {shape}.")
+  for name in ANALYSES:
+    if os.path.exists(layout.stats(name)):
+      out.stats[name] = workdir.read_json(layout.stats(name))
+  return out
+
+
+def _heads_shape(wd: FinishedWorkdir) -> tuple[int, int]:
+  """(layers, heads) from the means, else the gates, else the ranking itself."""
+  if wd.means:
+    return tuple(next(iter(wd.means.values())).avgs.shape[:2])
+  if wd.lambdas is not None:
+    return tuple(wd.lambdas.shape)
+  ranking: Any = workdir.read_json(wd.layout.ranking)
+  return max(l for l, _ in ranking) + 1, max(h for _, h in ranking) + 1

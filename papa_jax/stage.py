@@ -1,0 +1,149 @@
+"""What a stage is (one record, `Stage`), and what every stage shares (`Setup`).
+
+Each stage module exports one `Stage`; `papa_jax/registry.py` lists them, and
+the config check, the workdir binding, the data checks and the plan of a run
+all derive from those records (`run.py`). A stage's `run(setup)` gets the
+`Setup`: config, workdir layout, task, model, tokenizer, mesh and the data
+views it declared.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any, Callable
+
+import jax
+import ml_collections
+import numpy as np
+
+from papa_jax import config_schema, convert, parallel, tokenization, workdir
+from papa_jax import data as data_lib
+from papa_jax.errors import ConfigError
+from papa_jax.layout import Layout
+
+# The data a stage can read: the train split (`data.max_train_examples`), the
+# task's evaluation split (`data.max_eval_examples`), or the analysis split
+# (`effective.split`, `effective.max_examples`, `effective.min_valid_tokens`).
+VIEWS = ("train", "eval", "analysis")
+
+
+@dataclasses.dataclass(frozen=True)
+class Stage:
+  """One stage, declared once (in the spirit of big_vision's evaluators: chosen by name).
+
+  Attributes:
+    name: its `config.stage` value and the folder of its outputs.
+    run: `run(setup) -> result` (a summary dict, or the results' rows).
+    inputs: the data views it reads (`VIEWS`); read and checked before the
+      workdir is bound.
+    needs: stages whose outputs it reads; running it runs them first, and
+      each skips the work it finished before.
+    writes: glob patterns, relative to the workdir, of the files that mark its
+      work finished; while they exist the workdir is bound to `groups`.
+    groups: the config groups its results depend on.
+    check: `check(setup)`, run before the workdir is bound: that outputs it
+      will reuse fit this run (None: nothing to check).
+  """
+
+  name: str
+  run: Callable[[Setup], Any]
+  inputs: tuple[str, ...] = ()
+  needs: tuple[str, ...] = ()
+  writes: tuple[str, ...] = ()
+  groups: tuple[str, ...] = ()
+  check: Callable[[Setup], None] | None = None
+
+  def __post_init__(self):
+    bad = [v for v in self.inputs if v not in VIEWS]
+    if bad:
+      raise ValueError(f"Stage {self.name!r}: inputs {bad} are not among {VIEWS}.")
+    unknown = set(self.groups) - set(config_schema.RESULT_GROUPS)
+    if unknown:
+      raise ValueError(f"Stage {self.name!r}: groups {sorted(unknown)} are not result groups "
+                       f"of the config ({config_schema.RESULT_GROUPS}).")
+
+
+class Setup:
+  """What every stage of one run shares: config, layout, task, model, tokenizer, mesh, data.
+
+  Construction fails fast: the data files of `inputs` are checked before the
+  model is loaded, and the model- and mesh-dependent config checks run next.
+  """
+
+  def __init__(self, config: ml_collections.ConfigDict, workdir_path: str,
+               inputs: tuple[str, ...] = VIEWS):
+    self.config = config
+    self.layout = Layout(workdir_path)
+    self.task = data_lib.resolve_task(config.data)
+    self.inputs = tuple(inputs)
+    data_lib.check_files(config.data, tuple(dict.fromkeys(self.split_name(v) for v in inputs)))
+    self.model = convert.load_pretrained(
+        config.model.name, compute_dtype=config_schema.compute_dtype(config, jax.default_backend()))
+    config_schema.validate_for_model(config, self.model.config)
+    self.tokenizer = self.model.tokenizer()
+    self.mesh = parallel.make_mesh(config.run.num_devices)
+    config_schema.validate_for_mesh(config, self.mesh.size)
+    self.variants = config_schema.variants(config)
+    self.seeds = config_schema.seeds(config)
+    self.max_length = config.data.max_length
+    self.baseline_train_features = None  # Set by the means stage when it can (see there).
+
+  @property
+  def workdir(self) -> str:
+    return self.layout.root
+
+  @property
+  def model_fingerprint(self) -> str:
+    return self.model.fingerprint
+
+  def path(self, *parts: str) -> str:
+    return self.layout.path(*parts)
+
+  def split_name(self, view: str) -> str:
+    """The split file a data view reads."""
+    return {"train": "train", "eval": self.task.eval_split,
+            "analysis": self.config.effective.split}[view]
+
+  def split(self, name: str, max_examples: int = -1) -> data_lib.Encoded:
+    return data_lib.load_split(self.config.data, name, self.tokenizer,
+                               self.model.config.type_vocab_size, max_examples)
+
+  @functools.cached_property
+  def train_data(self) -> data_lib.Encoded:
+    return self.split("train", self.config.data.max_train_examples)
+
+  @functools.cached_property
+  def eval_data(self) -> data_lib.Encoded:
+    return self.split(self.task.eval_split, self.config.data.max_eval_examples)
+
+  @functools.cached_property
+  def analysis_data(self) -> data_lib.Encoded:
+    e = self.config.effective
+    data = self.split(e.split, e.max_examples)
+    if e.min_valid_tokens > 0:
+      data = data.take(np.flatnonzero(data.attention_mask.sum(1) > e.min_valid_tokens))
+      if not len(data):
+        raise ConfigError(f"effective.min_valid_tokens={e.min_valid_tokens}: no {e.split} "
+                          "example has more real tokens than that.")
+    return data
+
+  def data(self, view: str) -> data_lib.Encoded:
+    return {"train": lambda: self.train_data, "eval": lambda: self.eval_data,
+            "analysis": lambda: self.analysis_data}[view]()
+
+  def check_inputs(self) -> None:
+    """Reads every data view of the run and checks its tokens (before any writing)."""
+    for view in self.inputs:
+      d = self.data(view)
+      tokenization.check_unknown_rate(self.tokenizer, d.input_ids, d.attention_mask,
+                                      f"{self.task.name}/{self.split_name(view)}")
+
+  def fingerprint(self, groups: tuple[str, ...], **unit) -> str:
+    """The fingerprint of one unit of work under this model and the config's `groups`."""
+    return workdir.fingerprint(dict(unit, model=self.model_fingerprint, config=(
+        config_schema.result_config(self.config, groups))))
+
+  def result_fingerprint(self, **unit) -> str:
+    """The fingerprint of a means, sort or probe unit (the PAPA groups)."""
+    return self.fingerprint(config_schema.PAPA_GROUPS, **unit)

@@ -1,0 +1,122 @@
+"""The package's import graph: no cycle, and the layers import only downward.
+
+Run alone with `python -m pytest tests/imports_test.py -q -s` to print each module's
+floor (one above everything it imports).
+"""
+
+import ast
+import os
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PACKAGE = "papa_jax"
+
+# What each low layer must never import (module prefixes): the core does not know
+# about stages, analyses, commands or readers above it.
+FORBIDDEN = {
+    "papa_jax.errors": ("papa_jax.",),
+    "papa_jax.layout": ("papa_jax.",),
+    "papa_jax.attention": ("papa_jax.",),
+    "papa_jax.effective": ("papa_jax.",),
+    "papa_jax.models": ("papa_jax.analysis", "papa_jax.papa", "papa_jax.stage", "papa_jax.run",
+                        "papa_jax.convert", "papa_jax.interventions", "papa_jax.data"),
+    "papa_jax.data": ("papa_jax.models", "papa_jax.analysis", "papa_jax.papa", "papa_jax.stage",
+                      "papa_jax.config_schema", "papa_jax.run"),
+    "papa_jax.config_schema": ("papa_jax.data", "papa_jax.stage", "papa_jax.registry",
+                               "papa_jax.run"),
+    "papa_jax.runner": ("papa_jax.stage", "papa_jax.registry", "papa_jax.run"),
+    "papa_jax.stage": ("papa_jax.registry", "papa_jax.run", "papa_jax.commands",
+                       "papa_jax.analysis", "papa_jax.papa", "papa_jax.suite"),
+    "papa_jax.run": ("papa_jax.commands", "papa_jax.suite", "papa_jax.report",
+                     "papa_jax.explorer"),
+}
+
+
+def _modules() -> dict[str, str]:
+  out = {}
+  for d, _, files in os.walk(os.path.join(ROOT, PACKAGE)):
+    for f in files:
+      if f.endswith(".py"):
+        rel = os.path.relpath(os.path.join(d, f), ROOT)[:-3].replace(os.sep, ".")
+        out[rel[:-len(".__init__")] if rel.endswith(".__init__") else rel] = os.path.join(d, f)
+  return out
+
+
+def import_graph() -> dict[str, set[str]]:
+  """Module -> the package modules it imports, anywhere in the file (lazy imports too)."""
+  modules = _modules()
+  graph = {}
+  for name, path in modules.items():
+    deps = set()
+    is_pkg = path.endswith("__init__.py")
+    for node in ast.walk(ast.parse(open(path, encoding="utf-8").read())):
+      if isinstance(node, ast.Import):
+        targets = [a.name for a in node.names]
+      elif isinstance(node, ast.ImportFrom):
+        base = node.module or ""
+        if node.level:
+          parts = name.split(".")[:len(name.split(".")) - node.level + (1 if is_pkg else 0)]
+          base = ".".join(parts + ([base] if base else []))
+        targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base
+                   for a in node.names]
+      else:
+        continue
+      deps.update(t for t in targets if t in modules and t != name)
+    graph[name] = deps
+  return graph
+
+
+def floors(graph: dict[str, set[str]]) -> dict[str, int]:
+  out: dict[str, int] = {}
+
+  def floor(m, path=()):
+    if m in path:
+      raise AssertionError(f"import cycle: {' -> '.join(path + (m,))}")
+    if m not in out:
+      out[m] = 1 + max((floor(d, path + (m,)) for d in graph[m]), default=-1)
+    return out[m]
+
+  for m in graph:
+    floor(m)
+  return out
+
+
+def test_imports_have_no_cycle():
+  f = floors(import_graph())  # Raises naming the cycle.
+  for m in sorted(f, key=lambda m: (f[m], m)):
+    print(f"{f[m]:2d} {m}")
+
+
+def test_imports_subpackages_have_no_cycle_between_them():
+  """Seen a folder at a time (`papa_jax/papa/`, `papa_jax/analysis/`, each top-level module),
+  the graph is acyclic too: two folders never import each other, through any files."""
+  rooms: dict[str, set[str]] = {}
+  room = lambda m: ".".join(m.split(".")[:2])
+  for m, deps in import_graph().items():
+    rooms.setdefault(room(m), set()).update(room(d) for d in deps if room(d) != room(m))
+  f = floors(rooms)
+  print({m: f[m] for m in sorted(f, key=f.get)})
+
+
+def test_imports_low_layers_import_nothing_above_them():
+  graph = import_graph()
+  bad = []
+  for low, banned in FORBIDDEN.items():
+    for m, deps in graph.items():
+      if m == low or m.startswith(low + "."):
+        bad += [f"{m} imports {d}" for d in deps if d.startswith(banned) and
+                not (d == low or d.startswith(low + "."))]
+  assert not bad, bad
+
+
+def test_imports_graph_sees_lazy_imports():
+  """The walker counts imports inside functions (a cycle hidden in one still counts)."""
+  graph = import_graph()
+  assert "papa_jax.attention" in graph["papa_jax.workdir"]
+  assert "papa_jax.papa.means" in graph["papa_jax.registry"]
+  rooms = {"a": {"b"}, "b": {"a"}}
+  try:
+    floors(rooms)
+  except AssertionError as e:
+    assert "a -> b -> a" in str(e)
+  else:
+    raise AssertionError("a two-module cycle was not found")
