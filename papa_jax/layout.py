@@ -7,7 +7,8 @@
   results.{json,csv,md}, papa_curve.png
   <analysis>/stats.json, stats.csv, *.png   one folder per analysis stage
   report/, explorer.html               written by the report and explore commands
-Paths only: nothing here reads or writes a file.
+Paths only: nothing here reads or writes a file. `RELATIVE` gives the same paths
+relative to any workdir (for the patterns a stage declares it writes).
 """
 
 from __future__ import annotations
@@ -87,6 +88,9 @@ class Layout:
   def stats(self, stage: str) -> str:
     return self.path(stage, "stats.json")
 
+  def stats_csv(self, stage: str) -> str:
+    return self.path(stage, "stats.csv")
+
   def figure(self, stage: str, name: str) -> str:
     return self.path(stage, name)
 
@@ -96,3 +100,6 @@ class Layout:
 
   def explorer(self, name: str = "explorer.html") -> str:
     return self.path(name)
+
+
+RELATIVE = Layout("")  # Paths relative to the workdir: RELATIVE.means("*") == "means/means_*.npz".

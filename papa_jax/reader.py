@@ -11,6 +11,7 @@ means file must have the same shape).
 from __future__ import annotations
 
 import dataclasses
+import glob
 import os
 from typing import Any
 
@@ -20,9 +21,6 @@ from papa_jax import config_schema, workdir
 from papa_jax.layout import Layout
 from papa_jax.papa import means as means_lib
 from papa_jax.papa import schedule
-
-ANALYSES = ("effective", "finetune", "linguistic", "ablation")
-
 
 @dataclasses.dataclass
 class FinishedWorkdir:
@@ -78,9 +76,8 @@ def read_workdir(path: str, *, with_means: bool = True) -> FinishedWorkdir:
     out.ranking = schedule.load_ranking(layout.ranking, *shape)
     if out.lambdas is not None and out.lambdas.shape != shape:
       raise ValueError(f"{layout.lambdas} has shape {out.lambdas.shape}; expected {shape}.")
-  for name in ANALYSES:
-    if os.path.exists(layout.stats(name)):
-      out.stats[name] = workdir.read_json(layout.stats(name))
+  for path in sorted(glob.glob(layout.stats("*"))):  # Each analysis stage's statistics.
+    out.stats[os.path.basename(os.path.dirname(path))] = workdir.read_json(path)
   return out
 
 

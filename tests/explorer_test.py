@@ -22,6 +22,7 @@ from papa_jax import attention, convert, run
 from papa_jax import data as data_lib
 from papa_jax import effective
 from papa_jax.explorer import ExplorerConfig, collect, pack, write_explorer
+from papa_jax.layout import Layout
 from papa_jax.models.config import EncoderConfig
 from papa_jax.models.encoder import init_params
 from papa_jax.papa import means as means_lib
@@ -304,7 +305,7 @@ def synthetic_workdir(wd: str, data_cfg: dict, layers: int, heads: int, L: int, 
               max_length=L, num_examples=1000, attention="raw", papa_layout=True)
   np.savez(os.path.join(wd, "means", "means_raw.npz"), avgs=avgs.astype(np.float32),
            sums=avgs, counts=np.ones((L, L)), metadata=np.asarray(json.dumps(meta)))
-  schedule.save_ranking(os.path.join(wd, "sort"), rng.normal(size=(layers, heads)))
+  schedule.save_ranking(Layout(wd), rng.normal(size=(layers, heads)))
   total, fractions = layers * heads, list(schedule.PAPER_FRACTIONS)
   rows = []
   for variant in ("raw", "effective"):

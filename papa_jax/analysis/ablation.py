@@ -34,6 +34,7 @@ from papa_jax.analysis import figures, output
 from papa_jax.attention import AttentionOverride
 from papa_jax.interventions import ABLATIONS as KINDS
 from papa_jax.interventions import HeadAblation
+from papa_jax.layout import RELATIVE
 from papa_jax.models.config import EncoderConfig
 from papa_jax.models.encoder import Encoder
 from papa_jax.papa import means
@@ -170,10 +171,9 @@ def _run(setup: Setup) -> dict:
     gates = np.load(setup.layout.lambdas)
     summary["vs_papa_ranking"] = {k: rank_agreement(-maps[f"change_{k}"], gates) for k in kinds}
   if parallel.is_main_process():
-    out_dir = setup.layout.stage_dir("ablation")
-    output.write_per_head(out_dir, maps, summary)
+    output.write_per_head(setup.layout, "ablation", maps, summary)
     figures.head_maps([(f"{k}: score change", maps[f"change_{k}"]) for k in kinds],
-                      os.path.join(out_dir, "score_change.png"),
+                      setup.layout.figure("ablation", "score_change.png"),
                       f"{c.model.name} / {task.name}: {metric} change when one head is "
                       f"replaced (baseline {baseline:.4f})", center=True, cmap="RdBu_r")
     resume.remove(partial)
@@ -182,4 +182,4 @@ def _run(setup: Setup) -> dict:
 
 
 STAGE = Stage(name="ablation", run=_run, inputs=("train", "analysis"), needs=("means",),
-              writes=("ablation/stats.json",), groups=GROUPS)
+              writes=(RELATIVE.stats("ablation"),), groups=GROUPS)

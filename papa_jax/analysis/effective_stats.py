@@ -21,7 +21,6 @@ from __future__ import annotations
 import csv
 import dataclasses
 import io
-import os
 import unicodedata
 from typing import ClassVar
 
@@ -147,23 +146,23 @@ class EffectiveStats(per_head.PerHeadAnalysis):
             np.nanmean(st[f"mass_{kind}/{subset}"][..., c]))
     return out
 
-  def write(self, st: dict, summary: dict, setup: Setup, data, out_dir: str) -> None:
-    mc = setup.model.config
-    workdir.write_json(os.path.join(out_dir, "stats.json"), dict(
+  def write(self, st: dict, summary: dict, setup: Setup, data) -> None:
+    mc, layout = setup.model.config, setup.layout
+    workdir.write_json(layout.stats(self.name), dict(
         summary=summary, categories=list(CATEGORIES), **workdir.provenance(),
         **{k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in st.items()}))
-    with workdir.atomic_write(os.path.join(out_dir, "stats.csv"), newline="") as f:
+    with workdir.atomic_write(layout.stats_csv(self.name), newline="") as f:
       f.write(_stats_csv(st, mc.num_layers, mc.num_heads))
     subset = "long" if st["count/long"] else "all"
     label = (f"{setup.config.model.name} / {setup.task.name} {setup.config.effective.split} "
              f"({subset}: {int(st['count/' + subset])} examples)")
     figures.mass_heatmaps(st[f"mass_raw/{subset}"], st[f"mass_eff/{subset}"], CATEGORIES,
-                          os.path.join(out_dir, "mass_heatmaps.png"), label)
+                          layout.figure(self.name, "mass_heatmaps.png"), label)
     figures.agreement_heatmaps({k: st[f"{k}/{subset}"] for k in ("js", "corr", "null_ratio")},
-                               os.path.join(out_dir, "agreement_heatmaps.png"), label)
-    _example_figure(setup, data, st, subset, os.path.join(out_dir, "example_attention.png"))
+                               layout.figure(self.name, "agreement_heatmaps.png"), label)
+    _example_figure(setup, data, st, subset, layout.figure(self.name, "example_attention.png"))
     logging.info("effective: %d examples (%d longer than head dim %d) -> %s",
-                 st["count/all"], st["count/long"], mc.dim_per_head, out_dir)
+                 st["count/all"], st["count/long"], mc.dim_per_head, layout.stage_dir(self.name))
 
 
 def _stats_csv(st: dict, num_layers: int, num_heads: int) -> str:

@@ -14,7 +14,6 @@ A model compared with itself gives cosine 1 and JS 0 on every head.
 from __future__ import annotations
 
 import dataclasses
-import os
 from typing import ClassVar
 
 import jax.numpy as jnp
@@ -105,13 +104,13 @@ class Finetune(per_head.PerHeadAnalysis):
     return dict(other_model=self.other_model, examples=int(st["count"]),
                 **{f"mean_{k}": float(np.mean(st[k])) for k in PER_HEAD})
 
-  def figures(self, st: dict, summary: dict, setup: Setup, data, out_dir: str) -> None:
+  def figures(self, st: dict, summary: dict, setup: Setup, data) -> None:
     title = per_head.label(setup, f"{setup.config.model.name} vs {self.other_model}",
                            int(st["count"]))
     figures.head_maps([("cosine, raw", st["cos_raw"]), ("cosine, effective", st["cos_eff"])],
-                      os.path.join(out_dir, "cosine.png"), title, cmap="magma")
-    figures.head_maps([("JS divergence, raw", st["js_raw"])], os.path.join(out_dir, "js.png"),
-                      title, cmap="magma")
+                      setup.layout.figure(self.name, "cosine.png"), title, cmap="magma")
+    figures.head_maps([("JS divergence, raw", st["js_raw"])],
+                      setup.layout.figure(self.name, "js.png"), title, cmap="magma")
 
 
 STAGE = per_head.stage(Finetune)

@@ -19,7 +19,6 @@ NOUN excludes proper nouns, as spaCy's coarse `NOUN` tag the reference used.
 from __future__ import annotations
 
 import dataclasses
-import os
 from typing import ClassVar
 
 import jax
@@ -124,11 +123,11 @@ class Linguistic(per_head.PerHeadAnalysis):
                 classes=list(CLASSES), last_layer_cls_mass_raw=last("cls_mass_raw"),
                 last_layer_cls_mass_eff=last("cls_mass_eff"))
 
-  def figures(self, st: dict, summary: dict, setup: Setup, data, out_dir: str) -> None:
+  def figures(self, st: dict, summary: dict, setup: Setup, data) -> None:
     for query in ("cls", "rows"):
       panels = [(f"{kind}: {query} -> {cls}", st[f"{query}_mass_{kind}"][..., i])
                 for kind in ("raw", "eff") for i, cls in enumerate(CLASSES)]
-      figures.head_maps(panels, os.path.join(out_dir, f"{query}_mass.png"),
+      figures.head_maps(panels, setup.layout.figure(self.name, f"{query}_mass.png"),
                         per_head.label(setup, f"attention mass to each class ({query} query)",
                                        len(data)), ncols=len(CLASSES), center=True,
                         cmap="RdBu_r")

@@ -4,21 +4,21 @@ from __future__ import annotations
 
 import csv
 import io
-import os
 
 import numpy as np
 
 from papa_jax import workdir
+from papa_jax.layout import Layout
 
 
-def write_per_head(out_dir: str, maps: dict[str, np.ndarray], summary: dict,
+def write_per_head(layout: Layout, stage: str, maps: dict[str, np.ndarray], summary: dict,
                    columns: tuple[str, ...] = ()) -> dict[str, str]:
-  """`stats.json` (every map as nested lists) and `stats.csv` (layer, head, values).
+  """A stage's `stats.json` (every map as nested lists) and `stats.csv` (layer, head, values).
 
   Maps are `[layers, heads]` or `[layers, heads, C]`; a 3-D map becomes one CSV
   column per `columns` entry (`name_column`).
   """
-  paths = dict(json=os.path.join(out_dir, "stats.json"), csv=os.path.join(out_dir, "stats.csv"))
+  paths = dict(json=layout.stats(stage), csv=layout.stats_csv(stage))
   workdir.write_json(paths["json"], dict(summary=summary, columns=list(columns),
                                          **workdir.provenance(),
                                          **{k: np.asarray(v).tolist() for k, v in maps.items()}))

@@ -14,7 +14,6 @@ and its figures. See `docs/analyses.md` for a worked recipe.
 from __future__ import annotations
 
 import functools
-import os
 from typing import Any, ClassVar, Mapping
 
 import jax
@@ -24,6 +23,7 @@ from absl import logging
 from papa_jax import parallel, resume
 from papa_jax import runner
 from papa_jax.analysis import output
+from papa_jax.layout import RELATIVE
 from papa_jax.models.encoder import Capture, EncoderOutput
 from papa_jax.stage import Setup, Stage
 
@@ -81,13 +81,14 @@ class PerHeadAnalysis:
     """The `[layers, heads(, C)]` maps to write (default: every array but counts)."""
     return {k: v for k, v in st.items() if np.ndim(v) >= 2}
 
-  def figures(self, st: dict[str, Any], summary: dict, setup: Setup, data, out_dir: str) -> None:
-    del st, summary, setup, data, out_dir
+  def figures(self, st: dict[str, Any], summary: dict, setup: Setup, data) -> None:
+    """Draws the figures (e.g. `figures.head_maps` to `setup.layout.figure(name, file)`)."""
+    del st, summary, setup, data
 
-  def write(self, st: dict[str, Any], summary: dict, setup: Setup, data, out_dir: str) -> None:
+  def write(self, st: dict[str, Any], summary: dict, setup: Setup, data) -> None:
     """Writes stats.json, stats.csv and the figures (main process only)."""
-    output.write_per_head(out_dir, self.maps(st), summary, self.columns)
-    self.figures(st, summary, setup, data, out_dir)
+    output.write_per_head(setup.layout, self.name, self.maps(st), summary, self.columns)
+    self.figures(st, summary, setup, data)
 
 
 def label(setup: Setup, what: str, n: int) -> str:
@@ -113,7 +114,7 @@ def run(kind: type[PerHeadAnalysis], setup: Setup) -> dict:
   summary = dict(model=c.model.name, task=setup.task.name, split=c.effective.split,
                  **analysis.summary(st, setup, data))
   if parallel.is_main_process():
-    analysis.write(st, summary, setup, data, setup.layout.stage_dir(analysis.name))
+    analysis.write(st, summary, setup, data)
     resume.remove(partial)
   logging.info("%s: %s", analysis.name, summary)
   return summary
@@ -122,4 +123,4 @@ def run(kind: type[PerHeadAnalysis], setup: Setup) -> dict:
 def stage(kind: type[PerHeadAnalysis]) -> Stage:
   """The registry record of a per-head analysis."""
   return Stage(name=kind.name, run=functools.partial(run, kind), inputs=("analysis",),
-               writes=(os.path.join(kind.name, "stats.json"),), groups=kind.groups)
+               writes=(RELATIVE.stats(kind.name),), groups=kind.groups)

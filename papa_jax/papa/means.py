@@ -30,6 +30,7 @@ from papa_jax import config_schema, effective, parallel, resume, workdir
 from papa_jax import features as features_lib
 from papa_jax import runner
 from papa_jax.data import pipeline
+from papa_jax.layout import RELATIVE
 from papa_jax.models.config import EncoderConfig
 from papa_jax.models.encoder import DTYPES, Capture
 from papa_jax.stage import Setup, Stage
@@ -238,5 +239,5 @@ def _run(setup: Setup) -> None:
                  time.perf_counter() - t0, path)
 
 
-STAGE = Stage(name="means", run=_run, inputs=("train",), writes=("means/means_*.npz",),
+STAGE = Stage(name="means", run=_run, inputs=("train",), writes=(RELATIVE.means("*"),),
               groups=config_schema.PAPA_GROUPS, check=_check)

@@ -21,6 +21,7 @@ from absl import logging
 from papa_jax import config_schema, parallel, results, train, workdir
 from papa_jax import features as features_lib
 from papa_jax.attention import AttentionOverride
+from papa_jax.layout import RELATIVE
 from papa_jax.papa import means, schedule
 from papa_jax.papa.sort import needs_ranking, static_head_counts
 from papa_jax.stage import Setup, Stage
@@ -134,4 +135,5 @@ def _run(setup: Setup) -> list[dict]:
 
 
 STAGE = Stage(name="probe", run=_run, inputs=("train", "eval"), needs=("means", "sort"),
-              writes=("probe/*/result.json", "results.json"), groups=config_schema.PAPA_GROUPS)
+              writes=(RELATIVE.probe_result("*", "*", "*"), RELATIVE.results()),
+              groups=config_schema.PAPA_GROUPS)

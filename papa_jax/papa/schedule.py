@@ -8,6 +8,9 @@ from typing import Sequence
 
 import numpy as np
 
+from papa_jax import workdir
+from papa_jax.layout import Layout
+
 PAPER_FRACTIONS = (0.0, 0.5, 0.875, 0.9375, 1.0)
 
 
@@ -60,15 +63,13 @@ def static_heads(ranking: Sequence[Sequence[int]] | None, k: int, num_layers: in
   return head_mask_from_ranking(ranking or [], k, num_layers, num_heads)
 
 
-def save_ranking(directory: str, lambdas: np.ndarray) -> str:
-  os.makedirs(directory, exist_ok=True)
-  np.save(os.path.join(directory, "lambdas.npy"), np.asarray(lambdas, np.float32))
-  path = os.path.join(directory, "sorted_heads.json")
-  tmp = path + ".tmp"
-  with open(tmp, "w") as f:
+def save_ranking(layout: Layout, lambdas: np.ndarray) -> str:
+  """Writes a workdir's gate logits and the ranking they give (atomically); returns its path."""
+  with workdir.atomic_write(layout.lambdas, "wb") as f:
+    np.save(f, np.asarray(lambdas, np.float32))
+  with workdir.atomic_write(layout.ranking) as f:
     json.dump(ranking_from_lambdas(lambdas), f)
-  os.replace(tmp, path)
-  return path
+  return layout.ranking
 
 
 def load_ranking(path: str, num_layers: int, num_heads: int) -> list[list[int]]:

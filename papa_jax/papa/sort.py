@@ -20,6 +20,7 @@ from absl import logging
 from papa_jax import config_schema, parallel, train, workdir
 from papa_jax import data as data_lib
 from papa_jax.attention import AttentionOverride
+from papa_jax.layout import RELATIVE
 from papa_jax.papa import means, schedule
 from papa_jax.stage import Setup, Stage
 
@@ -62,7 +63,7 @@ def _run(setup: Setup) -> None:
       data, setup.eval_data, train.scorer(setup.task, setup.eval_data.labels), setup.mesh)
   lambdas = np.asarray(jax.device_get(state.params["gates"]))
   if parallel.is_main_process():
-    schedule.save_ranking(layout.stage_dir("sort"), lambdas)
+    schedule.save_ranking(layout, lambdas)
     sig = jax.nn.sigmoid(lambdas)
     workdir.write_json(layout.sort_history, dict(
         fingerprint=fingerprint, history=history, seconds=time.perf_counter() - t0,
@@ -72,4 +73,4 @@ def _run(setup: Setup) -> None:
 
 
 STAGE = Stage(name="sort", run=_run, inputs=("train", "eval"), needs=("means",),
-              writes=("sort/sorted_heads.json",), groups=config_schema.PAPA_GROUPS)
+              writes=(RELATIVE.ranking,), groups=config_schema.PAPA_GROUPS)

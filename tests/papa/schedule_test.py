@@ -5,6 +5,7 @@ import json
 import numpy as np
 import pytest
 
+from papa_jax.layout import Layout
 from papa_jax.papa import schedule
 
 
@@ -18,9 +19,10 @@ def test_schedule_counts_for_base_large_and_minilm():
 
 def test_schedule_ranking_ascending_lambda_roundtrip(tmp_path):
   lam = np.array([[0.3, -1.0, 0.3], [2.0, -5.0, 0.0]])
-  path = schedule.save_ranking(str(tmp_path), lam)
+  path = schedule.save_ranking(Layout(str(tmp_path)), lam)
+  assert path == str(tmp_path / "sort" / "sorted_heads.json")
   assert json.load(open(path)) == [[1, 1], [0, 1], [1, 2], [0, 0], [0, 2], [1, 0]]
-  np.testing.assert_allclose(np.load(tmp_path / "lambdas.npy"), lam)
+  np.testing.assert_allclose(np.load(tmp_path / "sort" / "lambdas.npy"), lam)
   assert schedule.load_ranking(path, 2, 3)[0] == [1, 1]
   with pytest.raises(ValueError, match="not a ranking of this model's 3x3 heads"):
     schedule.load_ranking(path, 3, 3)
