@@ -2,7 +2,7 @@
 
   python benchmarks/feature_cache.py [--static-heads 0]
 
-Both runs are the pipeline's own probing run (`run._probe_runs`: checkpoints,
+Both runs are the pipeline's own probing run (`papa.probe.probe_runs`: checkpoints,
 per-epoch evaluation, feature caching when on) on configs/quickstart.py, with the same seed, a
 deterministic encoder and bfloat16 features; only probe.cache_features
 differs. Prints wall time, the speedup and both runs' scores.
@@ -43,7 +43,7 @@ def main():
     setup = Setup(cfg, tempfile.mkdtemp(), inputs=("train", "eval"))
     _ = setup.train_data, setup.eval_data  # Tokenization is common to both; not timed.
     t = time.perf_counter()
-    row = probe._probe_runs(setup, "raw", 0, None)[0]  # pylint: disable=protected-access
+    row = probe.probe_runs(setup, "raw", "lambda", 0, None, {})[0]
     seconds = time.perf_counter() - t
     rows.append(dict(run="cached" if cache else "uncached", seconds=seconds,
                      final_accuracy=row["score"], best_accuracy=row["best_score"],

@@ -25,9 +25,10 @@ import ml_collections
 
 from papa_jax.errors import ConfigError
 
-VARIANTS = ("raw", "effective")
+VARIANTS = ("raw", "effective", "uniform", "row_mean", "compressed")  # papa/constants.py
 FEATURE_DTYPES = ("float32", "bfloat16")
 ABLATIONS = ("uniform", "constant", "effective")
+ORDERINGS = ("lambda", "random", "entropy", "variance", "kl", "gradient", "ablation")
 RESULT_GROUPS = ("model", "data", "sort", "probe", "effective", "finetune", "ablation")
 PAPA_GROUPS = ("model", "data", "sort", "probe")  # What means, sort and probe runs depend on.
 NON_RESULT_GROUPS = ("papa", "run", "figures", "report", "suite", "explore")
@@ -99,8 +100,15 @@ def get_config() -> ml_collections.ConfigDict:
   ))
   c.papa = ml_collections.ConfigDict(dict(
       fractions=(0.0, 0.5, 0.875, 0.9375, 1.0),  # Of all heads, taken in sorted order.
-      variants=("raw",),  # Constant = mean 'raw' attention; add 'effective' for PAPA-eff.
+      # Constants (papa/constants.py): raw (PAPA's mean), effective (its mean of effective
+      # attention), and the controls uniform, row_mean, compressed.
+      variants=("raw",),
       seeds=(42,),  # Probe seeds: every run (the baseline too) is repeated per seed.
+      # Head orderings (papa/orderings.py): lambda (PAPA's gates), random, entropy,
+      # variance, kl, gradient, ablation. Every variant runs with lambda; the other
+      # orderings run with the raw mean.
+      orderings=("lambda",),
+      random_draws=5,  # Seeded permutations when orderings has "random".
   ))
   c.sort = ml_collections.ConfigDict(dict(
       epochs=15,  # The paper's sorting run uses the probing recipe.
@@ -212,6 +220,20 @@ def variants(config: ml_collections.ConfigDict) -> tuple[str, ...]:
   return tuple(dict.fromkeys(vs))
 
 
+def orderings(config: ml_collections.ConfigDict) -> tuple[str, ...]:
+  """`papa.orderings`, lambda first ('lambda,random' on the command line works too)."""
+  names = tuple(v.strip() for item in config.papa.orderings for v in str(item).split(",")
+                if v.strip())
+  bad = [v for v in names if v not in ORDERINGS]
+  if bad or not names:
+    raise ConfigError(f"papa.orderings={tuple(config.papa.orderings)!r}: use a subset of "
+                      f"{ORDERINGS}.")
+  if "random" in names and config.papa.random_draws < 1:
+    raise ConfigError(f"papa.random_draws={config.papa.random_draws}: give at least 1 draw "
+                      "for the random ordering.")
+  return tuple(dict.fromkeys(("lambda",) + names))
+
+
 def seeds(config: ml_collections.ConfigDict) -> tuple[int, ...]:
   s = tuple(config.papa.seeds)
   if not s or any(not isinstance(x, int) or isinstance(x, bool) for x in s):
@@ -241,6 +263,7 @@ def validate(config: ml_collections.ConfigDict) -> None:
   if config.data.max_length < 4:
     raise ConfigError(f"data.max_length={config.data.max_length} is too short (need >= 4).")
   variants(config)
+  orderings(config)
   seeds(config)
   fractions(config)
   p = config.probe

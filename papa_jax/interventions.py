@@ -177,10 +177,11 @@ class HeadMask:
   """Each head's output scaled by `scale[layer, head]` (Michel et al. 2019's head mask).
 
   0 removes a head's contribution, 1 keeps it; the gradient with respect to
-  `scale` at 1 is Michel et al.'s head importance.
+  `scale` at 1 is Michel et al.'s head importance (per example with a
+  `[batch, layers, heads]` scale).
 
   Attributes:
-    scale: `[layers, heads]` (traced).
+    scale: `[layers, heads]`, or `[batch, layers, heads]` (traced).
   """
 
   scale: Array
@@ -188,11 +189,15 @@ class HeadMask:
 
   def validate(self, *, num_layers: int, num_heads: int, seq_len: int,
                batch: int | None) -> None:
-    del seq_len, batch
-    if tuple(np.shape(self.scale)) != (num_layers, num_heads):
-      raise ValueError(f"HeadMask.scale has shape {tuple(np.shape(self.scale))}; expected "
-                       f"[layers, heads] = {(num_layers, num_heads)}.")
+    del seq_len
+    shape = tuple(np.shape(self.scale))
+    if shape[-2:] != (num_layers, num_heads) or len(shape) not in (2, 3) or (
+        len(shape) == 3 and batch is not None and shape[0] != batch):
+      raise ValueError(f"HeadMask.scale has shape {shape}; expected [layers, heads] = "
+                       f"{(num_layers, num_heads)} or [batch, layers, heads].")
 
   def __call__(self, x: Array, *, layer: int, mask: Array, values: Array | None) -> Array:
     del mask, values
-    return x * jnp.asarray(self.scale)[layer][None, None, :, None].astype(x.dtype)
+    scale = jnp.asarray(self.scale)
+    per_head = scale[layer][None] if scale.ndim == 2 else scale[:, layer]  # [B or 1, H]
+    return x * per_head[:, None, :, None].astype(x.dtype)

@@ -3,7 +3,8 @@
   config.json                          the resolved config (`workdir.bind`)
   means/means_{raw,effective}.npz      constant matrices (`papa/means.py`)
   sort/lambdas.npy, sorted_heads.json, history.json
-  probe/{variant}_k{K}_s{seed}/        result.json, predictions.npz, checkpoints/
+  orderings/{name}.json                head orderings beside PAPA's (random draws, scores)
+  probe/{variant}[_{ordering}]_k{K}_s{seed}/   result.json, predictions.npz, checkpoints/
   results.{json,csv,md}, papa_curve.png
   <analysis>/stats.json, stats.csv, *.png   one folder per analysis stage
   report/, explorer.html               written by the report and explore commands
@@ -64,14 +65,20 @@ class Layout:
   def sort_history(self) -> str:
     return self.path("sort", "history.json")
 
-  def probe_run(self, variant: str, k: int, seed: int) -> str:
-    return self.path("probe", f"{variant}_k{k}_s{seed}")
+  def ordering(self, name: str) -> str:
+    """A head ordering other than PAPA's (`papa/orderings.py`)."""
+    return self.path("orderings", f"{name}.json")
 
-  def probe_result(self, variant: str, k: int, seed: int) -> str:
-    return os.path.join(self.probe_run(variant, k, seed), "result.json")
+  def probe_run(self, variant: str, k: int, seed: int, ordering: str = "lambda") -> str:
+    """A probing run's folder; PAPA's own ordering keeps the name it always had."""
+    tag = variant if ordering == "lambda" else f"{variant}_{ordering}"
+    return self.path("probe", f"{tag}_k{k}_s{seed}")
 
-  def probe_predictions(self, variant: str, k: int, seed: int) -> str:
-    return os.path.join(self.probe_run(variant, k, seed), "predictions.npz")
+  def probe_result(self, variant: str, k: int, seed: int, ordering: str = "lambda") -> str:
+    return os.path.join(self.probe_run(variant, k, seed, ordering), "result.json")
+
+  def probe_predictions(self, variant: str, k: int, seed: int, ordering: str = "lambda") -> str:
+    return os.path.join(self.probe_run(variant, k, seed, ordering), "predictions.npz")
 
   def checkpoints(self, run_dir: str) -> str:
     return os.path.join(run_dir, "checkpoints")

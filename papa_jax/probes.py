@@ -65,6 +65,17 @@ def make_probe(kind: str, num_labels: int, hidden_size: int, dropout_rate: float
   return SentenceProbe(num_labels, hidden_size, dropout_rate, kind=kind)
 
 
+def example_losses(kind: str, logits: Array, labels: Array) -> Array:
+  """Each example's loss `[B]`: cross-entropy (summed over its scored tokens for
+  tagging) or squared error (regression)."""
+  if kind == "tagging":
+    ce = optax.softmax_cross_entropy_with_integer_labels(logits, jnp.maximum(labels, 0))
+    return jnp.sum(ce * (labels != IGNORE), -1)
+  if kind == "regression":
+    return (logits[:, 0] - labels) ** 2
+  return optax.softmax_cross_entropy_with_integer_labels(logits, labels)
+
+
 def loss_fn(kind: str, logits: Array, labels: Array, valid: Array) -> tuple[Array, Array]:
   """Mean loss over valid examples (tokens for tagging) and its weight."""
   valid = valid.astype(jnp.float32)

@@ -33,6 +33,13 @@ class FinishedWorkdir:
   lambdas: np.ndarray | None = None
   ranking: list | None = None
   stats: dict[str, dict] = dataclasses.field(default_factory=dict)
+  orderings: dict[str, dict] = dataclasses.field(default_factory=dict)  # name -> its file
+
+  @property
+  def rankings(self) -> dict[str, list]:
+    """Every head ordering's ranking, PAPA's ("lambda") first."""
+    out = {"lambda": self.ranking} if self.ranking is not None else {}
+    return dict(out, **{k: v["ranking"] for k, v in self.orderings.items()})
 
   @property
   def path(self) -> str:
@@ -46,9 +53,10 @@ class FinishedWorkdir:
   def seeds(self) -> tuple:
     return tuple((self.results or {}).get("seeds", ()))
 
-  def predictions(self, variant: str, k: int, seed: int) -> dict[str, np.ndarray] | None:
-    """A probing run's saved dev outputs (`predictions`, `labels`, maybe `logits`)."""
-    path = self.layout.probe_predictions(variant, k, seed)
+  def predictions(self, row: dict) -> dict[str, np.ndarray] | None:
+    """A results row's saved dev outputs (`predictions`, `labels`, maybe `logits`)."""
+    path = (self.layout.path(row["run"], "predictions.npz") if row.get("run") else
+            self.layout.probe_predictions(row["variant"], row["static_heads"], row["seed"]))
     if not os.path.exists(path):
       return None
     with np.load(path) as z:
@@ -65,7 +73,7 @@ def read_workdir(path: str, *, with_means: bool = True) -> FinishedWorkdir:
   if os.path.exists(layout.results()):
     out.results = workdir.read_json(layout.results())
   if with_means:
-    out.means = {v: means_lib.load_means(layout.means(v)) for v in means_lib.ATTENTION_KINDS
+    out.means = {v: means_lib.load_means(layout.means(v)) for v in means_lib.FILE_VARIANTS
                  if os.path.exists(layout.means(v))}
     shapes = {v: m.avgs.shape for v, m in out.means.items()}
     if len(set(shapes.values())) > 1:
@@ -76,6 +84,11 @@ def read_workdir(path: str, *, with_means: bool = True) -> FinishedWorkdir:
     out.ranking = schedule.load_ranking(layout.ranking, *shape)
     if out.lambdas is not None and out.lambdas.shape != shape:
       raise ValueError(f"{layout.lambdas} has shape {out.lambdas.shape}; expected {shape}.")
+  for path in sorted(glob.glob(layout.ordering("*"))):
+    saved = workdir.read_json(path)
+    if out.ranking is not None or out.means:
+      schedule.check_ranking(saved["ranking"], *_heads_shape(out), path)
+    out.orderings[os.path.basename(path)[:-len(".json")]] = saved
   for path in sorted(glob.glob(layout.stats("*"))):  # Each analysis stage's statistics.
     out.stats[os.path.basename(os.path.dirname(path))] = workdir.read_json(path)
   return out

@@ -27,7 +27,7 @@ from typing import Sequence
 
 import numpy as np
 
-from papa_jax import report_figures, uncertainty, workdir
+from papa_jax import report_controls, report_figures, uncertainty, workdir
 from papa_jax.data.tasks import Task
 from papa_jax.report_markdown import csv_rows, fraction_label, jsonable, markdown
 
@@ -59,6 +59,9 @@ class Experiment:
     gates: `[layers, heads]` learned gate logits (low = constant first), or None.
     ranking: [[layer, head], ...] in the order heads become constant, or None
       (then derived from `gates`).
+    orderings: every head ordering's ranking by name ("lambda" is PAPA's),
+      for the controls; predictions of other orderings are keyed
+      ("raw/<ordering>", k) (`results.condition`).
     train_examples: train-subset size the probes and means used.
     eval_examples: dev-set size as the pipeline reported it.
     seeds: probe seeds run (derived from the dicts when empty).
@@ -75,6 +78,7 @@ class Experiment:
   train_examples: int | None = None
   eval_examples: int | None = None
   seeds: tuple = ()
+  orderings: dict = dataclasses.field(default_factory=dict)
 
 
 def task_seed(seed: int, task_name: str) -> int:
@@ -96,7 +100,8 @@ def _seeds_of(exp: Experiment) -> tuple:
 def _analyse(exp: Experiment, n_boot: int, seed: int, level: float) -> tuple[dict, dict]:
   """Per-condition scores and drops of one experiment, and its drop replicates."""
   task, metric = exp.task, exp.task.headline_metric
-  keys = sorted(set(exp.predictions) | set(exp.scores), key=lambda c: (c[1], c[0] != "raw", c[0]))
+  keys = sorted((c for c in set(exp.predictions) | set(exp.scores) if "/" not in c[0]),
+                key=lambda c: (c[1], c[0] != "raw", c[0]))  # Other orderings: report_controls.
   base_key = ("raw", 0) if ("raw", 0) in keys else next((c for c in keys if c[1] == 0), None)
   warnings = [f"{exp.model}/{task.name}: {c[0]} k=0 ignored; the baseline is {base_key[0]} k=0."
               for c in keys if c[1] == 0 and c != base_key]
@@ -272,6 +277,8 @@ def analyse(experiments: Sequence[Experiment], *, n_boot: int = 1000, seed: int 
   if len(set(names)) != len(names):
     raise ValueError(f"Duplicate (model, task) experiments: {names}.")
   done = [_analyse(e, n_boot, seed, level) for e in experiments]
+  controls = [c for e in experiments for c in [report_controls.analyse(
+      e, rng_seed=task_seed(seed, e.task.name), n_boot=n_boot, level=level)] if c is not None]
   results, drops = [r for r, _ in done], [d for _, d in done]
   averages = _model_averages(results, drops, level)
   corr = _correlations(results)
@@ -282,7 +289,7 @@ def analyse(experiments: Sequence[Experiment], *, n_boot: int = 1000, seed: int 
                     "replacement, independently per condition; metric recomputed per "
                     "resample, averaged over the drawn seeds"),
       paper_claims=list(PAPER_CLAIMS), experiments=results, model_averages=averages,
-      correlation=corr, caveats=_caveats(results, averages, corr, level),
+      correlation=corr, controls=controls, caveats=_caveats(results, averages, corr, level),
       warnings=[w for r in results for w in r["warnings"]])
 
 
@@ -305,6 +312,10 @@ def write_report(experiments: Sequence[Experiment], out_dir: str, *, n_boot: int
              "scatter": os.path.join(out_dir, "baseline_vs_drop.png")}
   report_figures.curves(report, figures["curves"])
   report_figures.scatter(report, figures["scatter"])
+  for c in report["controls"]:
+    figures[f"controls/{c['model']}/{c['task']}"] = p = os.path.join(
+        out_dir, f"controls_{_slug(c['model'], c['task'])}.png")
+    report_figures.control_curves(c, p)
   for e, r in zip(experiments, report["experiments"]):
     slug = _slug(e.model, e.task.name)
     if e.means is not None:

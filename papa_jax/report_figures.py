@@ -210,3 +210,37 @@ def gate_map(gates: np.ndarray | None, ranking: Sequence | None, ks: Sequence[in
                "that includes this head", fontsize=8)
   fig.tight_layout()
   save_figure(fig, path, tight=False)
+
+
+def control_curves(controls: dict, path: str) -> None:
+  """Score vs fraction of constant heads per ordering (raw mean) and per constant (PAPA's
+  order): seed bands; the random null curve with its pooled band."""
+  plt = pyplot()
+  fig, axes = plt.subplots(1, 2, figsize=(10.5, 3.8), dpi=110)
+  level = "bootstrap band"
+  for ax, (title, pick) in zip(axes, (
+      ("head orderings (constant: raw mean)", lambda x: x["variant"] == "raw"),
+      ("constants (PAPA's ordering)", lambda x: x["ordering"] == "lambda"))):
+    keys = list(dict.fromkeys((x["ordering"], x["variant"]) for x in controls["curves"]
+                              if pick(x)))
+    for i, key in enumerate(keys):
+      pts = sorted((x for x in controls["curves"] if (x["ordering"], x["variant"]) == key),
+                   key=lambda x: x["fraction"])
+      label = key[0] if title.startswith("head") else key[1]
+      x = np.array([p["fraction"] for p in pts])
+      y = np.array([p["mean"] for p in pts])
+      ci = np.array([p["ci"] for p in pts], float)
+      color = "black" if label in ("random", "uniform") else plt.cm.tab10(i % 10)
+      ax.plot(x, y, marker="o", ms=3, color=color, label=label,
+              ls="--" if label in ("random", "uniform") else "-")
+      if np.isfinite(ci).all():
+        ax.fill_between(x, ci[:, 0], ci[:, 1], color=color, alpha=0.12, lw=0)
+    ax.set_title(title, fontsize=9)
+    ax.set_xlabel("fraction of heads constant", fontsize=8)
+    ax.set_ylabel(controls["metric"], fontsize=8)
+    ax.grid(alpha=0.3)
+    ax.tick_params(labelsize=7)
+    ax.legend(fontsize=6, title=level, title_fontsize=6)
+  fig.suptitle(f"{controls['model']} / {controls['task']}: PAPA's controls", fontsize=10)
+  fig.tight_layout()
+  save_figure(fig, path, tight=False)

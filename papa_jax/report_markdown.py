@@ -115,6 +115,7 @@ def markdown(report: dict, figures: dict[str, str] | None = None) -> str:
     fmt = lambda r, p: "–" if not math.isfinite(r) else f"{r:.2f} ({p:.2g})"
     lines.append(f"| {v} | {c['n']} | {fmt(c['pearson_r'], c['pearson_p'])} | "
                  f"{fmt(c['spearman_r'], c['spearman_p'])} | {c['note'] or ''} |")
+  lines += _controls(report.get("controls", []), lv)
   lines += ["", "## What these numbers do not show", ""] + [f"- {c}" for c in report["caveats"]]
   if report["warnings"]:
     lines += ["", "## Warnings", ""] + [f"- {w}" for w in report["warnings"]]
@@ -122,6 +123,47 @@ def markdown(report: dict, figures: dict[str, str] | None = None) -> str:
     lines += ["", "## Figures", ""] + [f"![{k}]({os.path.basename(p)})"
                                        for k, p in figures.items()]
   return "\n".join(lines) + "\n"
+
+
+def _ci(x: dict) -> str:
+  return f"{x['diff']:+.4f} [{x['ci'][0]:+.4f}, {x['ci'][1]:+.4f}] ({x['verdict']})"
+
+
+def _controls(controls: list[dict], lv: str) -> list[str]:
+  """The controls section: other orderings against random, constants against uniform."""
+  if not controls:
+    return []
+  lines = ["", "## Controls: which heads, and which constant", "",
+           "Each ordering makes its first k heads constant with the raw mean; *random* pools "
+           f"every seeded random ordering's draws and probe seeds (the null curve; *draw std*: "
+           "the spread of the per-draw means). Differences are score(row) − score(random) or "
+           f"score(constant) − score(uniform), with their paired {lv} intervals; \"within "
+           "noise\" means the interval contains 0."]
+  for c in controls:
+    fracs = sorted({(x["fraction"], x["fraction_label"]) for x in c["curves"]})
+    labels = [lb for _, lb in fracs]
+    lines += ["", f"### {c['model']} / {c['task']} ({c['metric']})", "",
+              "| ordering | constant | " + " | ".join(labels) + " |",
+              "|---|---|" + "---|" * len(labels)]
+    for key in dict.fromkeys((x["ordering"], x["variant"]) for x in c["curves"]):
+      by = {x["fraction_label"]: x for x in c["curves"] if (x["ordering"], x["variant"]) == key}
+      cell = lambda x: "–" if x is None else (_score(x) + (
+          f" (draw std {x['draw_std']:.4f})" if x.get("draw_std") is not None else ""))
+      lines.append(f"| {key[0]} | {key[1]} | " + " | ".join(cell(by.get(lb)) for lb in labels)
+                   + " |")
+    for title, rows, col in (("against random", c["vs_random"], "ordering"),
+                             ("against uniform (PAPA's ordering)", c["vs_uniform"], "variant")):
+      if rows:
+        lines += ["", f"Differences {title}:", "", f"| {col} | fraction | difference [{lv}] |",
+                  "|---|---|---|"] + [f"| {x[col]} | {x['fraction_label']} | {_ci(x)} |"
+                                      for x in rows]
+    if c["spearman"]:
+      lines += ["", "Spearman correlation of the head orders (p-value), over "
+                f"{c['spearman'][0]['heads']} heads:", "", "| ordering | ordering | rho (p) |",
+                "|---|---|---|"] + [f"| {x['a']} | {x['b']} | {x['rho']:.2f} ({x['p_value']:.2g}) |"
+                                    for x in c["spearman"]]
+    lines += [""] + [f"- {t}" for t in c["sentences"]]
+  return lines
 
 
 def csv_rows(report: dict) -> list[dict]:

@@ -1,9 +1,10 @@
 """One workdir's results a person reads: JSON, CSV, a markdown table, a plot.
 
-Rows are probing runs (one per variant, static-head count and probe seed);
-the tables average seeds (mean, and the sample standard deviation when there
-are several). The suite report (`papa_jax/report.py`) adds bootstrap intervals
-across workdirs.
+Rows are probing runs (one per variant, head ordering, static-head count and
+probe seed); the tables average seeds (mean, and the sample standard
+deviation when there are several). A condition is a variant under PAPA's
+ordering, or `variant/ordering` under another one (`condition`). The suite
+report (`papa_jax/report.py`) adds bootstrap intervals across workdirs.
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ from papa_jax import uncertainty, workdir
 from papa_jax.layout import Layout
 from papa_jax.plotting import pyplot, save_figure
 
-CSV_FIELDS = ("model", "task", "variant", "static_heads", "total_heads", "fraction", "seed",
-              "metric", "score", "best_score", "examples", "eval_examples", "epochs", "seconds")
+CSV_FIELDS = ("model", "task", "variant", "ordering", "static_heads", "total_heads", "fraction",
+              "seed", "metric", "score", "best_score", "examples", "eval_examples", "epochs",
+              "seconds", "run")
 
 
 def save_predictions(path: str, predictions: np.ndarray, labels: np.ndarray,
@@ -35,19 +37,26 @@ def save_predictions(path: str, predictions: np.ndarray, labels: np.ndarray,
     np.savez(f, **arrays)
 
 
+def condition(row: dict) -> str:
+  """A run's condition: its variant, or `variant/ordering` beside PAPA's ordering."""
+  ordering = row.get("ordering", "lambda")
+  return row["variant"] if ordering == "lambda" else f"{row['variant']}/{ordering}"
+
+
 def by_run(rows: Sequence[dict]) -> dict[tuple, dict]:
-  """(model, task, variant, static_heads) -> mean, std, n and seeds of the scores."""
+  """(model, task, condition, static_heads) -> mean, std, n and seeds of the scores."""
   groups: dict[tuple, list[dict]] = {}
   for r in rows:
-    groups.setdefault((r["model"], r["task"], r["variant"], r["static_heads"]), []).append(r)
+    groups.setdefault((r["model"], r["task"], condition(r), r["static_heads"]), []).append(r)
   out = {}
   for key, rs in groups.items():
     scores = np.asarray([r["score"] for r in rs], np.float64)
+    trained = {r.get("run", id(r)): r["seconds"] for r in rs}  # A shared run counts once.
     out[key] = dict(mean=float(scores.mean()),
                     std=float(scores.std(ddof=1)) if len(scores) > 1 else None,
                     n=len(scores), seeds=[r.get("seed") for r in rs],
                     best=float(np.mean([r["best_score"] for r in rs])),
-                    seconds=float(sum(r["seconds"] for r in rs)),
+                    seconds=float(sum(trained.values())),
                     total_heads=rs[0]["total_heads"], fraction=rs[0]["fraction"],
                     metric=rs[0]["metric"])
   return out

@@ -19,7 +19,7 @@ from typing import Sequence
 import ml_collections
 from absl import logging
 
-from papa_jax import reader, report, run
+from papa_jax import reader, report, results, run
 from papa_jax import data as data_lib
 from papa_jax.convert import MODEL_KEYS
 from papa_jax.errors import ConfigError
@@ -101,9 +101,9 @@ def load_experiment(path: str, model: str | None = None) -> report.Experiment:
   scores: dict = {}
   labels = None
   for r in rows:
-    key = (r["variant"], r["static_heads"])
+    key = (results.condition(r), r["static_heads"])
     scores.setdefault(key, {})[r["seed"]] = r["score"]
-    saved = wd.predictions(r["variant"], r["static_heads"], r["seed"])
+    saved = wd.predictions(r)
     if saved is not None:
       predictions.setdefault(key, {})[r["seed"]] = saved["predictions"]
       labels = saved["labels"] if labels is None else labels
@@ -113,7 +113,7 @@ def load_experiment(path: str, model: str | None = None) -> report.Experiment:
       labels=labels, predictions=predictions, scores=scores,
       means=raw.avgs if raw is not None else None, gates=wd.lambdas, ranking=wd.ranking,
       train_examples=rows[0]["examples"], eval_examples=rows[0]["eval_examples"],
-      seeds=wd.seeds)
+      seeds=wd.seeds, orderings=wd.rankings)
 
 
 def report_from_workdirs(paths: Sequence[str], out_dir: str, *, n_boot: int = 1000,

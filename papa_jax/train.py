@@ -308,6 +308,25 @@ def fit(name: str, probe: nn.Module, encoder: FrozenEncoder, tx, cfg: FitConfig,
   return state, history, logits
 
 
+def restore_final(probe: nn.Module, encoder: FrozenEncoder, tx, cfg: FitConfig,
+                  max_length: int) -> Any:
+  """The trainable parameters a finished `fit` left in `cfg.checkpoint_dir` (its last epoch)."""
+  ckpt = ckpt_lib.Checkpointer(cfg.checkpoint_dir)
+  try:
+    step = ckpt.latest_step()
+    if step is None:
+      raise ckpt_lib.CheckpointError(f"No checkpoint in {cfg.checkpoint_dir}: that run has not "
+                                     "trained (or its checkpoints were deleted).")
+    state, meta = ckpt.restore(step, init_state(probe, encoder, tx, cfg.seed, max_length),
+                               cfg.fingerprint)
+    if meta.get("epoch") != cfg.epochs or meta.get("step_in_epoch", 0):
+      raise ckpt_lib.CheckpointError(f"{cfg.checkpoint_dir} holds epoch {meta.get('epoch')} of "
+                                     f"{cfg.epochs}: that run has not finished.")
+    return state.params
+  finally:
+    ckpt.close()
+
+
 def _check_finite(losses: list, name: str, epoch: int, offset: int,
                   steps_per_epoch: int) -> list[float]:
   """Host copies of `losses` (steps offset+1.. of the epoch); raises on NaN/Inf."""

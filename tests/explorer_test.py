@@ -384,3 +384,33 @@ def test_large_model_page_stays_responsive(browser, tiny, tmp_path, minilm, caps
           f"main-thread task {longest:.0f} ms")
   # Not frozen: drawing is chunked, so no single task blocks the page for long.
   assert longest < 5000, f"a {longest:.0f} ms task froze the page"
+
+
+@pytest.mark.slow
+def test_page_shows_every_head_ordering_side_by_side(browser, tiny, tmp_path):
+  """A workdir with other head orderings (papa.orderings): one map per ordering, each
+  framing its own first k heads at the slider's step, with its Spearman correlation."""
+  import scipy.stats
+  layers, heads, L = 4, 6, 16
+  wd = str(tmp_path / "orders")
+  data_cfg = json.loads(tiny["config"].data.to_json())
+  synthetic_workdir(wd, data_cfg, layers, heads, L)
+  lam = json.load(open(os.path.join(wd, "sort", "sorted_heads.json")))
+  orders = {"entropy": lam[::-1], "random_0": lam[5:] + lam[:5]}
+  os.makedirs(os.path.join(wd, "orderings"))
+  for name, order in orders.items():
+    with open(os.path.join(wd, "orderings", f"{name}.json"), "w") as f:
+      json.dump(dict(ordering=name, ranking=order, direction="ascending", scores=None), f)
+  p = Page(browser, write_explorer(wd, examples=(), max_examples=-1))
+  captions = p.page.locator("#rank-compare figcaption").all_inner_texts()
+  assert [c.split(",")[0] for c in captions] == ["lambda", "entropy", "random_0"]
+  assert "Spearman with λ -1.00" in captions[1]
+  rho = scipy.stats.spearmanr(np.arange(24), [lam.index(x) for x in orders["random_0"]])[0]
+  assert f"Spearman with λ {rho:.2f}" in captions[2]
+  p.page.locator("#k-slider").fill("1")  # Half the heads.
+  for name, order in [("lambda", lam)] + list(orders.items()):
+    framed = {tuple(map(int, x)) for x in p.js(
+        f"[...document.querySelectorAll('[data-ordering=\"{name}\"] .rank-mini.static')]"
+        ".map(c => [c.dataset.layer, c.dataset.head])")}
+    assert framed == {tuple(x) for x in order[:12]}, name
+  assert not p.errors, p.errors

@@ -167,7 +167,10 @@ def test_multiprocess_means_equal_single_process(reference):
   got = np.load(multi / "means" / "means_raw.npz")
   assert json.loads(str(got["metadata"]))["num_examples"] == 480
   np.testing.assert_array_equal(ref["counts"], got["counts"])
+  np.testing.assert_array_equal(ref["row_counts"], got["row_counts"])
   assert np.abs(ref["avgs"] - got["avgs"]).max() <= 1e-6
+  for key in ("sums_sq", "sums_xlogx", "row_sums"):  # The controls' sums, same pass.
+    np.testing.assert_allclose(got[key], ref[key], rtol=1e-5, atol=1e-4, err_msg=key)
 
 
 def _distributed(port: int, pid: int, n: int = 2) -> list[str]:
@@ -220,8 +223,8 @@ def _pipeline_args(workdir, extra=()):
           "--config.data.max_length=32", "--config.data.max_train_examples=96",
           "--config.data.max_eval_examples=40", "--config.run.batch_size=16",
           "--config.papa.fractions=(0.0,0.5,1.0)", "--config.papa.seeds=(1,2)",
-          "--config.sort.epochs=1", "--config.sort.max_train_examples=-1",
-          "--config.probe.epochs=2", *extra]
+          "--config.papa.orderings=lambda,gradient", "--config.sort.epochs=1",
+          "--config.sort.max_train_examples=-1", "--config.probe.epochs=2", *extra]
 
 
 def test_multiprocess_whole_pipeline_equals_single_process(tmp_path, minilm):
@@ -241,9 +244,14 @@ def test_multiprocess_whole_pipeline_equals_single_process(tmp_path, minilm):
           == json.loads(str(b["metadata"]))["num_examples"] == 96)
   assert (json.load(open(one / "sort" / "sorted_heads.json"))
           == json.load(open(two / "sort" / "sorted_heads.json")))
+  ga = json.load(open(one / "orderings" / "gradient.json"))
+  gb = json.load(open(two / "orderings" / "gradient.json"))
+  np.testing.assert_allclose(gb["scores"], ga["scores"], rtol=1e-4)
+  assert ga["ranking"] == gb["ranking"]
   rows_a, res_a = _results(one)
   rows_b, res_b = _results(two)
-  assert rows_a == rows_b and len(rows_a) == 6  # 3 static-head counts x 2 seeds.
+  # 3 static-head counts x 2 seeds with PAPA's gates; 2 more x 2 seeds with the gradient.
+  assert rows_a == rows_b and len(rows_a) == 10
   assert res_b["processes"] == 2 and res_a["processes"] == 1
   for r in res_a["rows"] + res_b["rows"]:
     assert (r["examples"], r["eval_examples"]) == (96, 40)

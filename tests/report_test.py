@@ -221,3 +221,53 @@ def test_results_relative_drop_is_the_reports_and_undefined_for_a_non_positive_b
   rows[0]["score"] = 0.5
   assert results.summary_rows(rows)[0]["relative_drop"] == pytest.approx(
       uncertainty.relative_drop(0.5, -0.05)) == pytest.approx(1.1)
+
+
+def _controls_experiment():
+  """SST-2 on 200 examples, 4 heads: PAPA's order keeps 95% right at 2 heads, random draws
+  70% (their draws differ), the entropy order 71%, uniform constants 60%."""
+  labels = np.array([0, 1] * 100)
+
+  def acc(frac, shift=0):
+    p = labels.copy()
+    wrong = (np.arange(200) + shift) % 200 < int(round((1 - frac) * 200))
+    p[wrong] = 1 - p[wrong]
+    return p
+  preds = {("raw", 0): {0: acc(0.96), 1: acc(0.96, 3)}, ("raw", 2): {0: acc(0.95), 1: acc(0.95, 7)},
+           ("raw", 4): {0: acc(0.9), 1: acc(0.9, 5)},
+           ("raw/random_0", 2): {0: acc(0.72, 11), 1: acc(0.70, 13)},
+           ("raw/random_1", 2): {0: acc(0.68, 17), 1: acc(0.70, 19)},
+           ("raw/entropy", 2): {0: acc(0.71, 23), 1: acc(0.71, 29)},
+           ("uniform", 2): {0: acc(0.6, 31), 1: acc(0.6, 37)},
+           ("uniform", 4): {0: acc(0.6, 41), 1: acc(0.6, 43)}}
+  order = [[0, 0], [0, 1], [1, 0], [1, 1]]
+  return report.Experiment(
+      model="tiny", task=get_task("sst2"), total_heads=4, labels=labels, predictions=preds,
+      seeds=(0, 1), orderings={"lambda": order, "entropy": order[::-1], "random_0": order,
+                               "random_1": order[1:] + order[:1]})
+
+
+def test_report_controls_say_whether_lambda_beats_random_and_the_mean_beats_uniform(tmp_path):
+  from papa_jax import report_controls
+  exp = _controls_experiment()
+  c = report_controls.analyse(exp, rng_seed=report.task_seed(0, "sst2"), n_boot=300)
+  pooled = next(x for x in c["curves"] if (x["ordering"], x["static_heads"]) == ("random", 2))
+  assert pooled["n"] == 4 and pooled["mean"] == pytest.approx(0.70)  # 2 draws x 2 seeds.
+  assert pooled["draw_std"] == pytest.approx(np.std([0.71, 0.69], ddof=1))
+  lam = next(x for x in c["vs_random"] if x["ordering"] == "lambda")
+  assert lam["diff"] == pytest.approx(0.95 - 0.70) and lam["ci"][0] > 0.15
+  assert lam["verdict"] == "lambda beats random"
+  ent = next(x for x in c["vs_random"] if x["ordering"] == "entropy")
+  assert ent["diff"] == pytest.approx(0.01) and ent["within_noise"]
+  assert [(x["variant"], x["static_heads"], x["verdict"]) for x in c["vs_uniform"]] == [
+      ("raw", 2, "raw beats uniform"), ("raw", 4, "raw beats uniform")]
+  rho = {(x["a"], x["b"]): x["rho"] for x in c["spearman"]}
+  assert rho[("lambda", "entropy")] == pytest.approx(-1.0)
+  assert rho[("lambda", "random_0")] == pytest.approx(1.0)
+  assert any(s.startswith("lambda vs random: lambda is better at 1,") for s in c["sentences"])
+  assert any("entropy vs random" in s and "within noise at 1 of 1" in s for s in c["sentences"])
+  paths = report.write_report([exp], str(tmp_path), n_boot=200)
+  md = open(paths["md"]).read()
+  assert "## Controls: which heads, and which constant" in md and "lambda beats random" in md
+  assert os.path.exists(paths["controls/tiny/sst2"])
+  assert "raw/entropy" not in md.split("## Controls")[0]  # Other orders stay out of the main tables.

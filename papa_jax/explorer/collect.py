@@ -7,6 +7,7 @@ from typing import Any, Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
+import scipy.stats
 from absl import logging
 
 from papa_jax import data as data_lib
@@ -38,6 +39,27 @@ def ranking_view(wd: reader.FinishedWorkdir) -> dict | None:
   if wd.ranking is None:
     return None
   return dict(order=wd.ranking, lambdas=pack.finite_or_none(wd.lambdas))
+
+
+def orderings_view(wd: reader.FinishedWorkdir) -> list[dict]:
+  """Every head ordering, PAPA's first: each head's 1-based position, and the Spearman
+  correlation of the positions with PAPA's (none without PAPA's ranking)."""
+  rankings = wd.rankings
+  out, ref = [], None
+  for name, order in rankings.items():
+    order = np.asarray(order)
+    layers, heads = int(order[:, 0].max()) + 1, int(order[:, 1].max()) + 1
+    pos = np.zeros((layers, heads), int)
+    pos[order[:, 0], order[:, 1]] = np.arange(1, len(order) + 1)
+    row = dict(name=name, positions=pos.tolist(),
+               direction=wd.orderings.get(name, {}).get("direction", "ascending"))
+    if name == "lambda":
+      ref = pos.ravel()
+    elif ref is not None:
+      r = scipy.stats.spearmanr(ref, pos.ravel())
+      row.update(spearman=float(r.statistic), p_value=float(r.pvalue))
+    out.append(row)
+  return out if len(out) > 1 else []
 
 
 def results_view(wd: reader.FinishedWorkdir) -> dict | None:

@@ -122,7 +122,8 @@ def payload(workdir: str, *, examples: Sequence[int] = ExplorerConfig.examples,
     rec = pack.packed_matrices(m.avgs)
     rec["meta"] = {k: m.metadata.get(k) for k in ("num_examples", "split", "attention", "task")}
     means_out[variant] = rec
-  return dict(meta=meta, means=means_out, ranking=ranking, results=collect.results_view(wd),
+  return dict(meta=meta, means=means_out, ranking=ranking, orderings=collect.orderings_view(wd),
+              results=collect.results_view(wd),
               effective=collect.effective_view(wd), examples=records)
 
 

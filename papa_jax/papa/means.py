@@ -11,7 +11,11 @@ File format (`.npz`): `avgs` float32 `[layers, heads, L, L]`, `sums` float64
 (same shape), `counts` float64 `[L, L]`, and `metadata`, a JSON string with
 `format`, `model`, `model_fingerprint`, `architecture`, `task`, `split`,
 `max_length`, `num_examples`, `attention`, `papa_layout`,
-`faithful_segment_ids`.
+`faithful_segment_ids`. The raw pass also stores, in the same pass, what the
+other constants and the input-dependence scores need
+(`shared/spec/context_mixing.md` §8): `sums_sq` (`sum_b m_i m_j A^2`),
+`sums_xlogx` (`sum_b m_i m_j A log A`), `row_sums` (`sum_b m_i A`: each query
+row's real keys) and `row_counts` (`sum_b m_i`, `[L, L]`), all float64.
 """
 
 from __future__ import annotations
@@ -25,18 +29,23 @@ import zipfile
 import jax.numpy as jnp
 import numpy as np
 from absl import logging
+from jax.scipy.special import xlogy
 
 from papa_jax import config_schema, effective, parallel, resume, workdir
 from papa_jax import features as features_lib
 from papa_jax import runner
 from papa_jax.data import pipeline
+from papa_jax.papa import constants
 from papa_jax.layout import RELATIVE
 from papa_jax.models.config import EncoderConfig
 from papa_jax.models.encoder import DTYPES, Capture
 from papa_jax.stage import Setup, Stage
 
 FORMAT = "papa-jax-means/1"
-ATTENTION_KINDS = ("raw", "effective")
+ATTENTION_KINDS = ("raw", "effective")  # The attention a means pass averages.
+FILE_VARIANTS = ("raw", "effective", "row_mean", "compressed")  # Variants with a means file.
+# What the raw pass adds beside `sums` (see the module docstring).
+EXTRAS = ("sums_sq", "sums_xlogx", "row_sums", "row_counts")
 
 
 class MeansFileError(ValueError):
@@ -48,7 +57,9 @@ class AttentionSums:
   """The means pass's statistic: each layer's attention weighted by `m_i m_j`.
 
   Called by `runner.sum_pass` on every batch; `attention` is "raw" or
-  "effective" (each head's effective attention, mask-aware).
+  "effective" (each head's effective attention, mask-aware). The raw pass also
+  sums `A^2` and `A log A` over the same pairs and `A` over each real query's
+  row (`EXTRAS`).
   """
 
   attention: str = "raw"
@@ -71,7 +82,14 @@ class AttentionSums:
       key_mask = jnp.broadcast_to(m[:, None, :] > 0, layers[0].shape[:-1])
       layers = tuple(effective.effective_attention(a, v, key_mask)[0]
                      for a, v in zip(layers, out.values))
-    return {"attention": runner.Weighted(tuple(layers), m[:, :, None] * m[:, None, :])}
+    pair = m[:, :, None] * m[:, None, :]
+    out = {"attention": runner.Weighted(tuple(layers), pair)}
+    if self.attention == "raw":
+      rows = jnp.broadcast_to(m[:, :, None], pair.shape)  # m_i: the query is real.
+      out.update(attention_sq=runner.Weighted(tuple(a * a for a in layers), pair),
+                 attention_xlogx=runner.Weighted(tuple(xlogy(a, a) for a in layers), pair),
+                 attention_rows=runner.Weighted(tuple(layers), rows))
+    return out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,12 +106,14 @@ class HiddenStates:
 
 @dataclasses.dataclass
 class MeansState:
-  """Totals of a means pass: `sums [layers, H, L, L]`, pair `counts [L, L]` (float64)."""
+  """Totals of a means pass: `sums [layers, H, L, L]`, pair `counts [L, L]` (float64),
+  and for the raw pass the `EXTRAS`."""
 
   sums: np.ndarray
   counts: np.ndarray
   num_examples: int = 0
   features: np.ndarray | None = None  # Hidden states of every example, when collected.
+  extras: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
 
   def averages(self) -> np.ndarray:
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -127,23 +147,43 @@ def accumulate(config: EncoderConfig, params, data, mesh, *, batch_size: int,
   L = pipeline.columns(data)["input_ids"].shape[1]
   if not totals.sums:  # No batch at all.
     return MeansState(np.zeros((config.num_layers, config.num_heads, L, L)), np.zeros((L, L)))
+  extras = {}
+  if "attention_sq" in totals.sums:
+    extras = dict(sums_sq=totals.sums["attention_sq"], sums_xlogx=totals.sums["attention_xlogx"],
+                  row_sums=totals.sums["attention_rows"],
+                  row_counts=totals.weights["attention_rows"])
   return MeansState(totals.sums["attention"], totals.weights["attention"], totals.examples,
-                    totals.rows)
+                    totals.rows, extras)
 
 
-def save_means(path: str, state: MeansState, metadata: dict) -> None:
+def save_means(path: str, state: MeansState, metadata: dict,
+               avgs: np.ndarray | None = None) -> None:
+  """Writes a means file (`avgs` default: the state's averages)."""
   meta = dict(metadata, format=FORMAT, num_examples=state.num_examples)
   with workdir.atomic_write(path, "wb") as f:
-    np.savez(f, avgs=state.averages(), sums=state.sums, counts=state.counts,
-             metadata=np.asarray(json.dumps(meta, sort_keys=True)))
+    np.savez(f, avgs=state.averages() if avgs is None else avgs.astype(np.float32),
+             sums=state.sums, counts=state.counts,
+             metadata=np.asarray(json.dumps(meta, sort_keys=True)), **state.extras)
 
 
 @dataclasses.dataclass
 class Means:
+  """A means file: the constant matrices `avgs`, their sums and counts, metadata, extras."""
+
   avgs: np.ndarray
   sums: np.ndarray
   counts: np.ndarray
   metadata: dict
+  extras: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
+
+  def extra(self, name: str, path: str = "") -> np.ndarray:
+    """One of `EXTRAS`, or a clear error when the file predates it."""
+    if name not in self.extras:
+      raise MeansFileError(
+          f"{path or 'This means file'} has no {name!r}: it was written before the raw pass "
+          "stored the sums the input-dependence scores and the row-mean constants need. "
+          "Delete it (or rerun with --config.overwrite=True) to compute them.")
+    return self.extras[name]
 
 
 def load_means(path: str, *, fingerprint: str | None = None,
@@ -153,7 +193,8 @@ def load_means(path: str, *, fingerprint: str | None = None,
     raise MeansFileError(f"Means file {path} does not exist; run the 'means' stage first.")
   try:
     with np.load(path, allow_pickle=False) as z:
-      m = Means(z["avgs"], z["sums"], z["counts"], json.loads(str(z["metadata"])))
+      m = Means(z["avgs"], z["sums"], z["counts"], json.loads(str(z["metadata"])),
+                {k: z[k] for k in EXTRAS if k in z.files})
   except (OSError, ValueError, KeyError, zipfile.BadZipFile, EOFError) as e:
     raise MeansFileError(f"Means file {path} is corrupt or truncated ({type(e).__name__}: "
                          f"{e}); delete it and rerun the 'means' stage.") from e
@@ -202,39 +243,73 @@ def load_checked(setup: Setup, variant: str) -> Means:
   return m
 
 
+def constant_matrices(setup: Setup, variant: str) -> np.ndarray:
+  """The `[layers, heads, L, L]` constants of a variant (`papa/constants.py`), checked."""
+  if variant == "uniform":
+    mc = setup.model.config
+    return constants.uniform(mc.num_layers, mc.num_heads, setup.max_length)
+  return load_checked(setup, variant).avgs
+
+
 def _check(setup: Setup) -> None:
   for v in setup.variants:
-    if os.path.exists(setup.layout.means(v)):
+    if v in FILE_VARIANTS and os.path.exists(setup.layout.means(v)):
       load_checked(setup, v)  # Raises if it does not fit.
 
 
-def _run(setup: Setup) -> None:
+def _pass(setup: Setup, variant: str) -> MeansState:
+  """A means pass over the train data (resumable); keeps the baseline's features."""
   c = setup.config
+  meta = metadata(setup, variant)
+  partial = setup.layout.means_partial(variant)
+  # The raw pass is the baseline's forward over the same examples: keep its
+  # hidden states as the baseline probe's cached train features.
+  reuse = c.probe.cache_features and variant == "raw"
+  state = accumulate(
+      setup.model.config, setup.model.params, setup.train_data, setup.mesh,
+      batch_size=c.run.batch_size, attention=variant, partial=partial,
+      run_key=workdir.fingerprint(dict(meta, batch_size=c.run.batch_size,
+                                       examples=len(setup.train_data))),
+      checkpoint_every=c.run.checkpoint_every_batches, desc=f"means ({variant})",
+      feature_dtype=c.probe.feature_dtype if reuse else None)
+  if state.features is not None:
+    setup.baseline_train_features = features_lib.Features(
+        state.features, setup.train_data.attention_mask, setup.train_data.labels)
+  if parallel.is_main_process():
+    resume.remove(partial)
+  return state
+
+
+def _derived(setup: Setup, variant: str) -> tuple[MeansState, np.ndarray, dict]:
+  """A variant computed from the raw means file: its state, matrices and metadata."""
+  path = setup.layout.means("raw")
+  raw = load_checked(setup, "raw")
+  n = raw.metadata.get("num_examples", 0)
+  if variant == "row_mean":
+    sums, counts = raw.extra("row_sums", path), raw.extra("row_counts", path)
+    return MeansState(sums, counts, n), constants.row_mean(sums, counts), {}
+  p, info = constants.fit_compressed(raw.avgs, raw.counts)
+  return MeansState(p.astype(np.float64), raw.counts, n), p, dict(fit=info)
+
+
+def _run(setup: Setup) -> None:
   for variant in setup.variants:
     path = setup.layout.means(variant)
+    if variant not in FILE_VARIANTS:
+      continue  # Uniform: no file.
     if os.path.exists(path):
       load_checked(setup, variant)
       logging.info("means (%s): %s exists; skipping.", variant, path)
       continue
-    meta = metadata(setup, variant)
-    partial = setup.layout.means_partial(variant)
     t0 = time.perf_counter()
-    # The raw pass is the baseline's forward over the same examples: keep its
-    # hidden states as the baseline probe's cached train features.
-    reuse = c.probe.cache_features and variant == "raw"
-    state = accumulate(
-        setup.model.config, setup.model.params, setup.train_data, setup.mesh,
-        batch_size=c.run.batch_size, attention=variant, partial=partial,
-        run_key=workdir.fingerprint(dict(meta, batch_size=c.run.batch_size,
-                                         examples=len(setup.train_data))),
-        checkpoint_every=c.run.checkpoint_every_batches, desc=f"means ({variant})",
-        feature_dtype=c.probe.feature_dtype if reuse else None)
-    if state.features is not None:
-      setup.baseline_train_features = features_lib.Features(
-          state.features, setup.train_data.attention_mask, setup.train_data.labels)
+    meta = metadata(setup, variant)
+    if variant in ATTENTION_KINDS:
+      state, avgs = _pass(setup, variant), None
+    else:
+      state, avgs, more = _derived(setup, variant)
+      meta.update(more)
     if parallel.is_main_process():
-      save_means(path, state, meta)
-      resume.remove(partial)
+      save_means(path, state, meta, avgs)
     logging.info("means (%s): %d examples in %.1fs -> %s", variant, state.num_examples,
                  time.perf_counter() - t0, path)
 

@@ -1,16 +1,20 @@
 """The probe stage: a fresh probe per static-head set and seed, and the results files.
 
-For every variant (constant = mean raw or effective attention) and every
-static-head count k of the schedule, the first k heads of the ranking become
-constant and a probe trains on the frozen encoder, once per probe seed (the
-baseline, k = 0, serves every variant). Each run writes
-`probe/{variant}_k{K}_s{seed}/result.json` and `predictions.npz`; a run whose
-result exists for the same fingerprint is reused. Then `results.{json,csv,md}`
-and `papa_curve.png`.
+For every variant (the constant: `papa/constants.py`) with PAPA's ranking,
+and for every other head ordering (`papa/orderings.py`) with the raw mean,
+and every static-head count k of the schedule, the first k heads of the
+ordering become constant and a probe trains on the frozen encoder, once per
+probe seed (the baseline, k = 0, serves them all). Each run writes
+`probe/{variant}[_{ordering}]_k{K}_s{seed}/result.json` and `predictions.npz`.
+Runs are found by content: a run whose fingerprint (model, config, variant,
+the constant heads, seed) exists anywhere under `probe/` is reused, so a head
+set two orderings reach trains once. Then `results.{json,csv,md}` and
+`papa_curve.png`.
 """
 
 from __future__ import annotations
 
+import glob
 import os
 import time
 
@@ -22,7 +26,7 @@ from papa_jax import config_schema, parallel, results, train, workdir
 from papa_jax import features as features_lib
 from papa_jax.attention import AttentionOverride
 from papa_jax.layout import RELATIVE
-from papa_jax.papa import means, schedule
+from papa_jax.papa import means, orderings, schedule
 from papa_jax.papa.sort import needs_ranking, static_head_counts
 from papa_jax.stage import Setup, Stage
 
@@ -33,10 +37,9 @@ def _predictions(kind: str, logits: np.ndarray) -> np.ndarray:
   return logits.argmax(-1).astype(np.int32)
 
 
-def _features(setup: Setup, encoder: train.FrozenEncoder, variant: str, k: int):
+def _features(setup: Setup, encoder: train.FrozenEncoder, name: str, k: int):
   """Cached train and eval features of one static-head set, shared by every seed."""
   cfg = setup.config
-  name = f"{variant}_k{k}"
   compute = lambda d, split: features_lib.compute(
       encoder, d, setup.mesh, cfg.run.batch_size,
       features_lib.cache_path(cfg.run.cache_dir, name, split), f"features {name} {split}")
@@ -47,55 +50,88 @@ def _features(setup: Setup, encoder: train.FrozenEncoder, variant: str, k: int):
           compute(setup.eval_data, "eval"))
 
 
-def _probe_runs(setup: Setup, variant: str, k: int, ranking) -> list[dict]:
-  """The probing runs of one static-head set (k heads, mean `variant` attention), per seed."""
+def finished_runs(setup: Setup) -> dict[str, dict]:
+  """Every finished probing run of the workdir by fingerprint (its result row)."""
+  out = {}
+  for path in glob.glob(setup.layout.probe_result("*", "*", "*")):
+    row = workdir.read_json(path)
+    run = os.path.relpath(os.path.dirname(path), setup.workdir)
+    out[row.get("fingerprint")] = dict(row, run=row.get("run", run))
+  return out
+
+
+def baseline_fit(setup: Setup, seed: int):
+  """The baseline probe's module, encoder, optimizer and settings (k = 0, `seed`)."""
+  cfg, mc = setup.config, setup.model.config
+  heads = np.zeros((mc.num_layers, mc.num_heads), bool).tolist()
+  fp = setup.result_fingerprint(stage="probe", variant="raw", k=0, heads=heads, seed=seed)
+  encoder = train.FrozenEncoder(setup.model.params, None, mc, dropout=cfg.probe.encoder_dropout,
+                                feature_dtype=cfg.probe.feature_dtype)
+  fit = train.FitConfig.from_config(
+      cfg, cfg.probe.epochs, seed, setup.layout.checkpoints(setup.layout.probe_run("raw", 0, seed)),
+      fp)
+  return (train.probe_module(setup.task, mc, cfg.probe), encoder,
+          train.make_optimizer(cfg.probe), fit)
+
+
+def baseline_runs(setup: Setup) -> list[dict]:
+  """The baseline probes (k = 0), trained unless they are done."""
+  return probe_runs(setup, "raw", "lambda", 0, None, finished_runs(setup))
+
+
+def probe_runs(setup: Setup, variant: str, ordering: str, k: int, ranking,
+               done: dict[str, dict]) -> list[dict]:
+  """The probing runs of one static-head set, per seed: the first k heads of `ranking`
+  with the constants of `variant`. `done` (fingerprint -> row) is searched first and
+  gets the new rows."""
   cfg, mc, layout, task = setup.config, setup.model.config, setup.layout, setup.task
   static = schedule.static_heads(ranking, k, mc.num_layers, mc.num_heads)
   todo, rows = [], {}
   for seed in setup.seeds:
     fp = setup.result_fingerprint(stage="probe", variant=variant, k=k, heads=static.tolist(),
                                   seed=seed)
-    path = layout.probe_result(variant, k, seed)
-    if os.path.exists(path) and workdir.read_json(path).get("fingerprint") == fp:
-      logging.info("probe %s k=%d seed=%d: done before (%s).", variant, k, seed, path)
-      rows[seed] = workdir.read_json(path)
+    if fp in done:
+      logging.info("probe %s %s k=%d seed=%d: done before (%s).", variant, ordering, k, seed,
+                   done[fp]["run"])
+      rows[seed] = dict(done[fp], ordering=ordering)
     else:
       todo.append((seed, fp))
   if not todo:
     return [rows[seed] for seed in setup.seeds]
   override = None
   if k:
-    override = AttentionOverride.constant(jnp.asarray(means.load_checked(setup, variant).avgs),
+    override = AttentionOverride.constant(jnp.asarray(means.constant_matrices(setup, variant)),
                                           static)
   encoder = train.FrozenEncoder(setup.model.params, override, mc,
                                 dropout=cfg.probe.encoder_dropout,
                                 feature_dtype=cfg.probe.feature_dtype)
   train_data, eval_data = setup.train_data, setup.eval_data
   if cfg.probe.cache_features:  # Once per static-head set, shared by every seed.
-    train_data, eval_data = _features(setup, encoder, variant, k)
+    name = f"{variant}_k{k}" if ordering == "lambda" else f"{variant}_{ordering}_k{k}"
+    train_data, eval_data = _features(setup, encoder, name, k)
   for seed, fp in todo:
     t0 = time.perf_counter()
-    run_dir = layout.probe_run(variant, k, seed)
+    run_dir = layout.probe_run(variant, k, seed, ordering)
     _, history, logits = train.fit(
-        f"probe {variant} k={k} seed={seed}", train.probe_module(task, mc, cfg.probe), encoder,
-        train.make_optimizer(cfg.probe),
+        f"probe {variant} {ordering} k={k} seed={seed}", train.probe_module(task, mc, cfg.probe),
+        encoder, train.make_optimizer(cfg.probe),
         train.FitConfig.from_config(cfg, cfg.probe.epochs, seed, layout.checkpoints(run_dir), fp),
         train_data, eval_data, train.scorer(task, setup.eval_data.labels), setup.mesh)
     metric = task.headline_metric
-    row = dict(model=cfg.model.name, task=task.name, variant=variant, static_heads=k,
-               total_heads=mc.total_heads, fraction=k / mc.total_heads, seed=seed,
-               metric=metric, score=history[-1][metric],
+    row = dict(model=cfg.model.name, task=task.name, variant=variant, ordering=ordering,
+               static_heads=k, total_heads=mc.total_heads, fraction=k / mc.total_heads,
+               seed=seed, metric=metric, score=history[-1][metric],
                best_score=max(h[metric] for h in history),
                scores={m: history[-1][m] for m in task.metrics},
                examples=len(setup.train_data), eval_examples=len(setup.eval_data),
                epochs=len(history), seconds=time.perf_counter() - t0, history=history,
-               fingerprint=fp)
+               fingerprint=fp, run=os.path.relpath(run_dir, setup.workdir))
     if parallel.is_main_process():
-      results.save_predictions(layout.probe_predictions(variant, k, seed),
+      results.save_predictions(layout.probe_predictions(variant, k, seed, ordering),
                                _predictions(task.kind, logits), setup.eval_data.labels,
                                logits if task.kind != "tagging" else None)
-      workdir.write_json(layout.probe_result(variant, k, seed), row)
-    rows[seed] = row
+      workdir.write_json(layout.probe_result(variant, k, seed, ordering), row)
+    rows[seed] = done[fp] = row
   return [rows[seed] for seed in setup.seeds]
 
 
@@ -107,7 +143,7 @@ def _check_inputs(setup: Setup):
     ranking = schedule.load_ranking(setup.layout.ranking, mc.num_layers, mc.num_heads)
   if any(static_head_counts(setup)):
     for v in setup.variants:
-      means.load_checked(setup, v)
+      means.constant_matrices(setup, v)
   if setup.config.probe.cache_features:
     n = len(setup.train_data) + len(setup.eval_data)
     features_lib.check_budget(features_lib.cache_bytes(
@@ -116,14 +152,24 @@ def _check_inputs(setup: Setup):
   return ranking
 
 
+def runs(setup: Setup) -> list[tuple[str, str, int]]:
+  """(variant, ordering, k) of every probing run: each variant with PAPA's ranking, each
+  other ordering with the raw mean; one baseline (raw, lambda, 0) serves them all."""
+  out = []
+  for variant in setup.variants:
+    for name in orderings.names(setup.config) if variant == "raw" else ("lambda",):
+      out += [(variant, name, k) for k in static_head_counts(setup)
+              if k or (variant, name) == ("raw", "lambda")]
+  return out
+
+
 def _run(setup: Setup) -> list[dict]:
   ranking = _check_inputs(setup)
-  rows = []
-  for variant in setup.variants:
-    for k in static_head_counts(setup):
-      if k == 0 and variant != "raw":
-        continue  # One baseline serves every variant.
-      rows.extend(_probe_runs(setup, variant, k, ranking))
+  rankings = {name: ranking if name == "lambda" else orderings.load(setup, name)
+              for name in orderings.names(setup.config)}
+  done, rows = finished_runs(setup), []
+  for variant, name, k in runs(setup):
+    rows.extend(probe_runs(setup, variant, name, k, rankings[name], done))
   meta = dict(config=setup.config.to_dict(), seeds=list(setup.seeds),
               label_names=list(setup.task.label_names), model_fingerprint=setup.model_fingerprint,
               **workdir.provenance())
@@ -134,6 +180,7 @@ def _run(setup: Setup) -> list[dict]:
   return rows
 
 
-STAGE = Stage(name="probe", run=_run, inputs=("train", "eval"), needs=("means", "sort"),
+STAGE = Stage(name="probe", run=_run, inputs=("train", "eval"),
+              needs=("means", "sort", "orderings"),
               writes=(RELATIVE.probe_result("*", "*", "*"), RELATIVE.results()),
               groups=config_schema.PAPA_GROUPS)

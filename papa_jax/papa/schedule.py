@@ -81,8 +81,13 @@ def load_ranking(path: str, num_layers: int, num_heads: int) -> list[list[int]]:
       ranking = json.load(f)
   except json.JSONDecodeError as e:
     raise ValueError(f"{path} is not valid JSON ({e}); rerun the 'sort' stage.") from e
+  return check_ranking(ranking, num_layers, num_heads, path)
+
+
+def check_ranking(ranking, num_layers: int, num_heads: int, where: str) -> list[list[int]]:
+  """`ranking` as `[[layer, head], ...]`, checked to be a permutation of the model's heads."""
   pairs = {tuple(p) for p in ranking}
   want = {(l, h) for l in range(num_layers) for h in range(num_heads)}
   if len(ranking) != len(want) or pairs != want:
-    raise ValueError(f"{path} is not a ranking of this model's {num_layers}x{num_heads} heads.")
+    raise ValueError(f"{where} is not a ranking of this model's {num_layers}x{num_heads} heads.")
   return [list(p) for p in ranking]

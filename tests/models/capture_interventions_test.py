@@ -118,6 +118,15 @@ def test_intervention_head_mask_zero_equals_a_numpy_layer_without_that_head(mini
   want = testing.np_bert_layer(x, probs, p, c.layer_norm_eps)
   real = mask.astype(bool)
   np.testing.assert_allclose(np.asarray(out.hidden_states[1])[real], want[real], atol=3e-5)
+  # Per example: only example 0 loses the head, the others keep every head.
+  per_example = np.ones((3, c.num_layers, c.num_heads), np.float32)
+  per_example[0, 0, 4] = 0.0
+  mixed = minilm.apply(ids, mask, override=pj.AttentionOverride.intervene(
+      pj.HeadMask(per_example)))
+  stock = minilm.apply(ids, mask)
+  for got, a, b in zip(mixed.hidden_states, out.hidden_states, stock.hidden_states):
+    np.testing.assert_allclose(np.asarray(got)[0], np.asarray(a)[0], atol=1e-5)
+    np.testing.assert_allclose(np.asarray(got)[1:], np.asarray(b)[1:], atol=1e-5)
 
 
 def test_intervention_new_heads_or_tokens_do_not_recompile(minilm, batch):

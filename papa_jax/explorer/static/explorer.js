@@ -132,11 +132,30 @@
     });
     Draw.colorbar($("rank-bar"), "vir", lo, hi, (v) => `${what} ${fmt(v, 3)}`);
   }
+  // Every head ordering side by side: position colours, the slider's constant heads framed.
+  function buildOrderings() {
+    const box = $("rank-compare");
+    box.replaceChildren();
+    for (const o of D.orderings || []) {
+      const map = el("div", { class: "grid headmap", "data-ordering": o.name });
+      const rho = o.spearman == null ? "" : `, Spearman with λ ${fmt(o.spearman, 2)} (p ${fmt(o.p_value, 2)})`;
+      box.append(el("figure", {}, el("figcaption", { text: `${o.name}${rho}` }), map));
+      Draw.headMap(map, o.positions, {
+        cls: "rank-mini", map: "vir", onclick: select,
+        label: (l, h, v) => `${o.name}: layer ${l}, head ${h} is number ${v} of ${TOTAL}`,
+      });
+    }
+  }
   function setK(i) {
     S.k = i;
     const keys = staticSet(), k = M.counts[i];
     for (const c of document.querySelectorAll(".rank-cell, #grid canvas.cell")) {
       c.classList.toggle("static", keys.has(`${c.dataset.layer},${c.dataset.head}`));
+    }
+    for (const o of D.orderings || []) {
+      for (const c of document.querySelectorAll(`[data-ordering="${o.name}"] .rank-mini`)) {
+        c.classList.toggle("static", o.positions[+c.dataset.layer][+c.dataset.head] <= k);
+      }
     }
     $("k-label").textContent = `${k} of ${TOTAL} heads constant (fraction ${fmt(k / TOTAL, 3)}; ` +
       `schedule ${M.fractions.join(", ")})`;
@@ -337,7 +356,7 @@
                           effective: x.effective ? await Draw.matrices(x.effective) : null };
     })()));
     await Promise.all(jobs);
-    buildGrid(); buildRanking(); buildExamples(); buildStats();
+    buildGrid(); buildRanking(); buildOrderings(); buildExamples(); buildStats();
     setK(S.k); select(0, 0);
     await paintGrid();
     window.papaExplorer.loadMs = performance.now();
