@@ -207,31 +207,32 @@ def unclassified_fields(config: ml_collections.ConfigDict) -> list[str]:
   return sorted(set(config.keys()) - known)
 
 
+def _names(config: ml_collections.ConfigDict, field: str, known: tuple[str, ...],
+           first: str) -> tuple[str, ...]:
+  """A `papa` tuple of names ('a,b' on the command line works too), checked against
+  `known`, with `first` added in front when missing, without repeats."""
+  given = tuple(config.papa[field])
+  names = tuple(v.strip() for item in given for v in str(item).split(",") if v.strip())
+  bad = [v for v in names if v not in known]
+  if bad or not names:
+    raise ConfigError(f"papa.{field}={given!r}: use a subset of {known}.")
+  if first not in names:
+    names = (first,) + names
+  return tuple(dict.fromkeys(names))
+
+
 def variants(config: ml_collections.ConfigDict) -> tuple[str, ...]:
-  """`papa.variants`, raw first ('raw,effective' on the command line works too)."""
-  vs = tuple(v.strip() for item in config.papa.variants for v in str(item).split(",")
-             if v.strip())
-  bad = [v for v in vs if v not in VARIANTS]
-  if bad or not vs:
-    raise ConfigError(f"papa.variants={tuple(config.papa.variants)!r}: use a subset of "
-                      f"{VARIANTS}.")
-  if "raw" not in vs:
-    vs = ("raw",) + vs  # The ranking and the baseline come from raw attention.
-  return tuple(dict.fromkeys(vs))
+  """`papa.variants`; raw is always there (the ranking and the baseline come from it)."""
+  return _names(config, "variants", VARIANTS, "raw")
 
 
 def orderings(config: ml_collections.ConfigDict) -> tuple[str, ...]:
-  """`papa.orderings`, lambda first ('lambda,random' on the command line works too)."""
-  names = tuple(v.strip() for item in config.papa.orderings for v in str(item).split(",")
-                if v.strip())
-  bad = [v for v in names if v not in ORDERINGS]
-  if bad or not names:
-    raise ConfigError(f"papa.orderings={tuple(config.papa.orderings)!r}: use a subset of "
-                      f"{ORDERINGS}.")
+  """`papa.orderings`; lambda (PAPA's) is always there."""
+  names = _names(config, "orderings", ORDERINGS, "lambda")
   if "random" in names and config.papa.random_draws < 1:
     raise ConfigError(f"papa.random_draws={config.papa.random_draws}: give at least 1 draw "
                       "for the random ordering.")
-  return tuple(dict.fromkeys(("lambda",) + names))
+  return names
 
 
 def seeds(config: ml_collections.ConfigDict) -> tuple[int, ...]:
