@@ -59,6 +59,7 @@ _CPU_FLAGS: list[str] = []
 
 if __name__ == "__main__":
   _CPU_FLAGS = cpu_tuning.apply()  # Before JAX creates its CPU backend.
+  sys.argv[1:] = config_schema.quote_name_lists(sys.argv[1:])  # --config.papa.orderings=a,b
   for _arg in sys.argv[1:]:  # A flag of a moved field: say its new name, not "unknown".
     _old = _arg.split("=")[0][len("--config."):]
     if _arg.startswith("--config.") and _old in config_schema.MOVED:

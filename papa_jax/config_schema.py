@@ -207,6 +207,25 @@ def unclassified_fields(config: ml_collections.ConfigDict) -> list[str]:
   return sorted(set(config.keys()) - known)
 
 
+# Tuple-of-names fields a user writes as `--config.papa.orderings=lambda,random`:
+# `quote_name_lists` makes that a tuple literal before the flag parser sees it
+# (ml_collections would read `lambda,...` as Python and fail on the keyword).
+NAME_LISTS = ("papa.variants", "papa.orderings", "ablation.kinds")
+
+
+def quote_name_lists(argv: list[str]) -> list[str]:
+  """`--config.<name list>=a,b` -> `--config.<name list>=('a','b')` (already quoted or
+  bracketed values are left alone)."""
+  out = []
+  for arg in argv:
+    key, eq, value = arg.partition("=")
+    if eq and key[len("--config."):] in NAME_LISTS and not any(c in value for c in "()[]'\""):
+      names = [v.strip() for v in value.split(",") if v.strip()]
+      arg = f"{key}=(" + "".join(f"{n!r}," for n in names) + ")"
+    out.append(arg)
+  return out
+
+
 def _names(config: ml_collections.ConfigDict, field: str, known: tuple[str, ...],
            first: str) -> tuple[str, ...]:
   """A `papa` tuple of names ('a,b' on the command line works too), checked against

@@ -75,3 +75,11 @@ def test_config_of_an_earlier_version_reads_with_moved_fields():
   new = config_schema.migrate(old)
   assert new["finetune"]["other_model"] == "x" and new["ablation"]["kinds"] == ["uniform"]
   assert new["figures"]["layer"] == 2 and "other_model" not in new["effective"]
+
+
+def test_config_name_lists_take_the_comma_form_on_the_command_line():
+  argv = ["--config.papa.orderings=lambda,random", "--config.papa.variants=raw",
+          "--config.papa.seeds=(1,2)", "--config.ablation.kinds=('uniform',)"]
+  assert config_schema.quote_name_lists(argv) == [
+      "--config.papa.orderings=('lambda','random',)", "--config.papa.variants=('raw',)",
+      "--config.papa.seeds=(1,2)", "--config.ablation.kinds=('uniform',)"]

@@ -54,7 +54,9 @@ def gradient_importance(setup: Setup) -> np.ndarray:
   c, mc = setup.config, setup.model.config
   probe.baseline_runs(setup)  # Trains the k = 0 probes if they are not done.
   module, encoder, tx, fit = probe.baseline_fit(setup, setup.seeds[0])
-  params = train.restore_final(module, encoder, tx, fit, setup.max_length)["probe"]
+  # On the host: each process then places its own copy on the (multi-process) mesh.
+  params = jax.device_get(train.restore_final(module, encoder, tx, fit,
+                                              setup.max_length)["probe"])
   data = setup.train_data
   if 0 < c.sort.max_train_examples < len(data):  # The sorting run's subset.
     data = data.take(data_lib.subsample_indices(len(data), c.sort.max_train_examples,
