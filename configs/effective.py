@@ -3,11 +3,15 @@
   python launch/main.py --config=configs/effective.py:model=minilm,task=sst2 --workdir=DIR
   python launch/main.py --config=configs/effective.py:stage=finetune,other=minilm_sre --workdir=DIR
   python launch/main.py --config=configs/effective.py:stage=linguistic,task=pos --workdir=DIR
+  python launch/main.py --config=configs/effective.py:stage=mixing,model=minilm,task=sst2 \
+      --workdir=DIR
 
 stage: effective (raw vs effective attention: mass per token class, divergence,
 correlation, null-space norm), finetune (`model` vs its fine-tune `other`:
 cosine and JS per head), linguistic (attention to part-of-speech classes; a
-tagging task with gold POS: pos or udpos). model/other: minilm
+tagging task with gold POS: pos or udpos), mixing (context mixing beyond
+attention: norms, rollout, ALTI, GlobEnc, value zeroing; papa_jax/mixing.py;
+--config.mixing.methods chooses). model/other: minilm
 (all-MiniLM-L6-v2, packaged), minilm_sre (its fine-tune in the
 sre-embedding-model package), bert (Sun & Marasovic's setting), any key of
 configs/base.py's MODELS, a hub id or a directory. Inputs use the standard

@@ -8,7 +8,8 @@ workdir's results.
 """
 
 from papa_jax import interventions
-from papa_jax.api import attention_means, effective_attentions, encode_texts, load_results
+from papa_jax.api import (attention_means, context_mixing, effective_attentions, encode_texts,
+                          load_results)
 from papa_jax.attention import AttentionOverride
 from papa_jax.convert import Pretrained, load_pretrained
 from papa_jax.effective import effective_attention, null_attention
@@ -23,7 +24,7 @@ __all__ = [
     "AttentionOverride", "Capture", "EffectiveAttention", "Encoder", "EncoderConfig",
     "EncoderOutput", "FinishedWorkdir", "HeadAblation", "HeadMask", "LayerIntermediates",
     "Pretrained",
-    "Transform", "ValueZeroing", "attention_means", "effective_attention",
+    "Transform", "ValueZeroing", "attention_means", "context_mixing", "effective_attention",
     "effective_attentions", "encode_texts", "head_mask_from_ranking", "interventions",
     "load_pretrained", "load_results", "null_attention", "ranking_from_lambdas",
     "read_workdir", "static_head_counts",

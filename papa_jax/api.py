@@ -13,14 +13,18 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Sequence
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
-from papa_jax import parallel, reader
+from papa_jax import mixing, parallel, reader
 from papa_jax.convert import Pretrained
 from papa_jax.data import preprocess, tasks
 from papa_jax.effective import effective_attention
+from papa_jax.models.encoder import Encoder
 from papa_jax.papa import means as means_lib
 
 
@@ -97,3 +101,63 @@ def load_results(path: str) -> dict:
     out.update(lambdas=wd.lambdas, ranking=wd.ranking)
   out.update(wd.stats)
   return out
+
+
+MIXING = ("attention", "head_norms", "attn", "attnres", "attnresln", "globenc", "alti",
+          "value_zeroing")
+
+
+def context_mixing(model: Pretrained, data: preprocess.Encoded, methods: Sequence[str] = MIXING,
+                   *, batch_size: int = 8, rollout: bool = True) -> dict[str, np.ndarray]:
+  """Per-example context-mixing maps of every layer (`papa_jax/mixing.py`).
+
+  Args:
+    model: a loaded post-LayerNorm encoder (float32).
+    data: encoded examples (`encode_texts`).
+    methods: any of `MIXING`: "attention" (head-mean attention, rows renormalised),
+      "head_norms" (`[B, layers, H, N, N]`), the summed norms "attn", "attnres",
+      "attnresln", "globenc" (N-Enc), "alti", "value_zeroing" (row-normalised).
+    batch_size: examples per forward.
+    rollout: also `<method>_rollout` for attention (residual 0.5), alti,
+      value_zeroing and globenc (no residual, unnormalised products).
+
+  Returns:
+    `{method: [B, layers, N, N] float32}`; pad rows and columns are 0.
+  """
+  bad = sorted(set(methods) - set(MIXING))
+  if bad:
+    raise ValueError(f"Unknown context-mixing methods {bad}; choose from {MIXING}.")
+  fn = _mixing_fn(model.config, tuple(methods), rollout)
+  parts = [fn(model.params, {k: v[i:i + batch_size] for k, v in data.arrays().items()})
+           for i in range(0, len(data), batch_size)]
+  return {k: np.concatenate([np.asarray(p[k]) for p in parts]) for k in parts[0]}
+
+
+@functools.lru_cache(maxsize=8)
+def _mixing_fn(config, methods: tuple[str, ...], rollout: bool):
+  module = Encoder(config)
+
+  def fn(params, batch):
+    out = module.apply({"params": params}, batch["input_ids"], batch["attention_mask"],
+                       batch["token_type_ids"], capture=mixing.CAPTURE)
+    m = batch["attention_mask"].astype(jnp.float32)
+    maps: dict[str, list] = {}
+    for l, layer in enumerate(out.layers):
+      t = mixing.layer_terms(layer, out.hidden_states[l], m, params[f"layer_{l}"])
+      layer_maps = dict(
+          attention=lambda: mixing.attention_matrix(t), head_norms=lambda: mixing.head_norms(t),
+          attn=lambda: mixing.summed_norms(t, "attn"),
+          attnres=lambda: mixing.summed_norms(t, "attnres"),
+          attnresln=lambda: mixing.summed_norms(t, "attnresln"),
+          globenc=lambda: mixing.summed_norms(t, "enc"), alti=lambda: mixing.alti(t),
+          value_zeroing=lambda: mixing.value_zeroing(t, config))
+      for name in methods:
+        maps.setdefault(name, []).append(layer_maps[name]())
+    if rollout:
+      for name, residual in (("attention", 0.5), ("alti", None), ("value_zeroing", None),
+                             ("globenc", None)):
+        if name in maps:
+          maps[f"{name}_rollout"] = mixing.rollout(maps[name], m, residual=residual)
+    return {k: jnp.stack(v, 1) for k, v in maps.items()}
+
+  return jax.jit(fn)

@@ -29,7 +29,8 @@ VARIANTS = ("raw", "effective", "uniform", "row_mean", "compressed")  # papa/con
 FEATURE_DTYPES = ("float32", "bfloat16")
 ABLATIONS = ("uniform", "constant", "effective")
 ORDERINGS = ("lambda", "random", "entropy", "variance", "kl", "gradient", "ablation")
-RESULT_GROUPS = ("model", "data", "sort", "probe", "effective", "finetune", "ablation")
+RESULT_GROUPS = ("model", "data", "sort", "probe", "effective", "finetune", "ablation",
+                 "mixing")
 PAPA_GROUPS = ("model", "data", "sort", "probe")  # What means, sort and probe runs depend on.
 NON_RESULT_GROUPS = ("papa", "run", "figures", "report", "suite", "explore")
 NON_RESULT_FIELDS = ("stage", "overwrite")
@@ -136,6 +137,14 @@ def get_config() -> ml_collections.ConfigDict:
   c.ablation = ml_collections.ConfigDict(dict(
       kinds=ABLATIONS,  # Head replacements, each a map of score changes.
   ))
+  c.mixing = ml_collections.ConfigDict(dict(  # stage=mixing (papa_jax/mixing.py).
+      # norms (K20/K21), alti, globenc, value_zeroing; attention rollout always.
+      methods=("norms", "alti", "globenc", "value_zeroing"),
+      alti_chunk=16,  # Query rows per ALTI chunk (memory: batch x chunk x L x D floats).
+      vz_chunk=8,  # Zeroed tokens per value-zeroing chunk (batch x L x chunk x FFN floats).
+      reference_quirks=False,  # ALTI as mt-upc's code computes it (LN scale, L1 shift).
+      allow_low_precision=False,  # Run on a bfloat16 model (identities to about 1e-2).
+  ))
   c.figures = ml_collections.ConfigDict(dict(  # What the effective stage's example shows.
       example_index=0,  # Which long example of the analysis split.
       layer=-1,  # Layer and head; -1: the largest null part.
@@ -210,7 +219,7 @@ def unclassified_fields(config: ml_collections.ConfigDict) -> list[str]:
 # Tuple-of-names fields a user writes as `--config.papa.orderings=lambda,random`:
 # `quote_name_lists` makes that a tuple literal before the flag parser sees it
 # (ml_collections would read `lambda,...` as Python and fail on the keyword).
-NAME_LISTS = ("papa.variants", "papa.orderings", "ablation.kinds")
+NAME_LISTS = ("papa.variants", "papa.orderings", "ablation.kinds", "mixing.methods")
 
 
 def quote_name_lists(argv: list[str]) -> list[str]:
@@ -310,6 +319,12 @@ def validate(config: ml_collections.ConfigDict) -> None:
   if bad or not config.ablation.kinds:
     raise ConfigError(f"ablation.kinds={tuple(config.ablation.kinds)!r}: use a non-empty "
                       f"subset of {ABLATIONS}.")
+  bad = set(config.mixing.methods) - {"norms", "alti", "globenc", "value_zeroing"}
+  if bad:
+    raise ConfigError(f"mixing.methods={tuple(config.mixing.methods)!r}: use a subset of "
+                      "('norms', 'alti', 'globenc', 'value_zeroing').")
+  if config.mixing.alti_chunk < 1 or config.mixing.vz_chunk < 1:
+    raise ConfigError("mixing.alti_chunk and mixing.vz_chunk must be >= 1.")
   if config.effective.split not in ("train", "validation", "test"):
     raise ConfigError(f"effective.split={config.effective.split!r}; use train, validation or test.")
 

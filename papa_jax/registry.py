@@ -8,13 +8,14 @@ config groups they bind the workdir to.
 
 from __future__ import annotations
 
-from papa_jax.analysis import ablation, effective_stats, finetune, linguistic
+from papa_jax.analysis import ablation, effective_stats, finetune, linguistic, mixing_stats
 from papa_jax.papa import means, ordering_stage, probe, sort
 from papa_jax.stage import Stage
 
 STAGES: tuple[Stage, ...] = (
     means.STAGE, sort.STAGE, ordering_stage.STAGE, probe.STAGE,
     effective_stats.STAGE, finetune.STAGE, linguistic.STAGE, ablation.STAGE,
+    mixing_stats.STAGE,
 )
 BY_NAME = {s.name: s for s in STAGES}
 ALIASES = {"all": "probe"}  # The whole PAPA pipeline: means, sort, orderings, probe.

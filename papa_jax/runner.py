@@ -1,6 +1,6 @@
 """The one pass that averages per-example statistics of the encoder over a split.
 
-An analysis supplies only its math: `stats(outs, batch, mask) -> {name: Weighted}`,
+An analysis supplies only its math: `stats(outs, batch, mask, params) -> {name: Weighted}`,
 each statistic a per-example value and its weight; the runner owns the rest,
 in the spirit of big_vision's `evaluators/mean.py`:
   * the encoder forward (one per parameter set, with the analysis's `Capture`);
@@ -51,7 +51,7 @@ class Weighted:
   weight: Array
 
 
-StatsFn = Callable[[tuple[EncoderOutput, ...], dict, Array], Mapping[str, Weighted]]
+StatsFn = Callable[[tuple[EncoderOutput, ...], dict, Array, tuple], Mapping[str, Weighted]]
 RowsFn = Callable[[tuple[EncoderOutput, ...], dict], Array]
 
 
@@ -89,7 +89,7 @@ def device_sums(config: EncoderConfig, capture: Capture, stats_fn: StatsFn,
     mask = batch["attention_mask"] * valid[:, None].astype(batch["attention_mask"].dtype)
     outs = tuple(module.apply({"params": p}, batch["input_ids"], mask, batch["token_type_ids"],
                               capture=capture) for p in params)
-    sums = _reduce(stats_fn(outs, batch, mask), valid)
+    sums = _reduce(stats_fn(outs, batch, mask, params), valid)
     return sums if rows_fn is None else (sums, rows_fn(outs, batch))
 
   return fn
@@ -142,9 +142,9 @@ def sum_pass(stats_fn: StatsFn, capture: Capture, config: EncoderConfig, params:
   """Totals of `stats_fn`'s weighted statistics over every example of `data`.
 
   Args:
-    stats_fn: `(outs, batch, mask) -> {name: Weighted}`, traced; `outs` holds
-      one `EncoderOutput` per parameter set, `batch` every array of `data`
-      for the device's rows, and `mask` is `attention_mask * valid`.
+    stats_fn: `(outs, batch, mask, params) -> {name: Weighted}`, traced; `outs`
+      holds one `EncoderOutput` per parameter set (`params`), `batch` every array
+      of `data` for the device's rows, and `mask` is `attention_mask * valid`.
     capture: what the forward passes capture.
     config: the encoder's architecture (every parameter set shares it).
     params: a tuple of parameter sets (one forward each).

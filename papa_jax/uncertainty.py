@@ -414,3 +414,4 @@ def correlation(x: Sequence[float], y: Sequence[float]) -> dict:
     notes.append("a constant input: correlation undefined")
   out["note"] = "; ".join(notes)
   return out
+

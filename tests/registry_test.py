@@ -19,7 +19,7 @@ STAGES = {s.name: s for s in registry.STAGES}
 # stages read the evaluation split (dev.tsv). Written out here, not derived, so a
 # new stage must be added by hand.
 READS_DEV = {"means": False, "sort": True, "orderings": True, "probe": True, "effective": False,
-             "finetune": False, "linguistic": False, "ablation": False}
+             "finetune": False, "linguistic": False, "ablation": False, "mixing": False}
 
 
 @pytest.mark.parametrize("name", sorted(STAGES))
@@ -112,7 +112,7 @@ def finished(tmp_path_factory, minilm):
            "finetune.other_model": "pkg:sre_embedding_model/model_weights",
            "papa.orderings": ("lambda", "random"), "papa.random_draws": 1}
   wds = {}
-  for name in ("all", "effective", "finetune", "ablation"):
+  for name in ("all", "effective", "finetune", "ablation", "mixing"):
     wds[name] = str(tmp / "papa")
     run.run(tiny_config(tmp, stage=name, **small), wds[name])
   pos = tiny_config(tmp, stage="linguistic", **small, **{"data.task": "pos"})

@@ -216,6 +216,34 @@ def test_multiprocess_effective_stage_equals_single_process(tmp_path, minilm):
                                atol=2e-5, err_msg=key)
 
 
+@pytest.mark.slow
+def test_multiprocess_mixing_stage_equals_single_process(tmp_path, minilm):
+  """The context-mixing stage: the same per-head and per-layer means from two processes."""
+  del minilm
+
+  def args(workdir, extra=()):
+    return [sys.executable, MAIN, "--config=" + os.path.join(ROOT, "configs", "effective.py")
+            + ":stage=mixing,model=minilm", f"--workdir={workdir}",
+            f"--config.data.data_dir={require_shared('data', 'sst2')}",
+            "--config.effective.max_examples=12", "--config.run.batch_size=4",
+            "--config.data.max_length=32", "--config.mixing.methods=norms,alti,value_zeroing",
+            *extra]
+
+  _run(args(tmp_path / "one"))
+  _run_two_processes(lambda pid, port: args(tmp_path / "two", _distributed(port, pid)))
+  one = json.load(open(tmp_path / "one" / "mixing" / "stats.json"))
+  two = json.load(open(tmp_path / "two" / "mixing" / "stats.json"))
+  assert one["summary"]["examples"] == two["summary"]["examples"] == 12
+  assert two["processes"] == 2
+  for key in ("norm_mass", "head_share", "attention_self"):
+    np.testing.assert_allclose(np.asarray(two[key], float), np.asarray(one[key], float),
+                               atol=2e-5, err_msg=key)
+  for key, v in one["summary"]["layers"].items():
+    np.testing.assert_allclose(two["summary"]["layers"][key], v, atol=2e-5, err_msg=key)
+  assert set(one["summary"]["layers"]) >= {"self_alti", "self_value_zeroing",
+                                           "rollout_self_alti"}
+
+
 def _pipeline_args(workdir, extra=()):
   """Every stage on a small run: means, sort (a half-heads fraction), cached probes."""
   return [sys.executable, MAIN, "--config=" + os.path.join(ROOT, "configs", "quickstart.py"),

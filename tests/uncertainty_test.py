@@ -202,3 +202,4 @@ def test_correlation_against_scipy():
   assert small["n"] == 3 and "too few" in small["note"] and np.isfinite(small["pearson_r"])
   two = uncertainty.correlation([0.8, 0.9], [0.01, 0.05])
   assert np.isnan(two["pearson_r"]) and "too few" in two["note"]
+

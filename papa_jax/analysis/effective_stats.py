@@ -112,7 +112,8 @@ class EffectiveStats(per_head.PerHeadAnalysis):
   def arrays(self, setup: Setup, data) -> dict[str, np.ndarray]:
     return dict(categories=category_ids(data.input_ids, data.attention_mask, setup.tokenizer))
 
-  def stats(self, outs, batch, mask) -> dict[str, runner.Weighted]:
+  def stats(self, outs, batch, mask, params) -> dict[str, runner.Weighted]:
+    del params
     out = outs[0]
     every = jnp.ones(mask.shape[:1], jnp.float32)
     long = (jnp.sum(mask, -1) > self.head_dim).astype(jnp.float32)

@@ -83,7 +83,8 @@ class Finetune(per_head.PerHeadAnalysis):
   def key(self, setup: Setup) -> dict:
     return dict(other=self.other_model)
 
-  def stats(self, outs, batch, mask) -> dict[str, runner.Weighted]:
+  def stats(self, outs, batch, mask, params) -> dict[str, runner.Weighted]:
+    del params
     mf = mask.astype(jnp.float32)
     block = mf[:, None, :, None] * mf[:, None, None, :]
     rows = jnp.broadcast_to(mf[:, None, :] > 0, outs[0].attentions[0].shape[:-1])  # [B, H, L]

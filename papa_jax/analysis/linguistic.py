@@ -95,7 +95,8 @@ class Linguistic(per_head.PerHeadAnalysis):
     return dict(classes=class_ids(data.input_ids, data.attention_mask, data.labels,
                                   setup.task.label_names, tok.cls_token_id, tok.sep_token_id))
 
-  def stats(self, outs, batch, mask) -> dict[str, runner.Weighted]:
+  def stats(self, outs, batch, mask, params) -> dict[str, runner.Weighted]:
+    del params
     out = outs[0]
     mf = mask.astype(jnp.float32)
     onehot = jax.nn.one_hot(batch["classes"], len(CLASSES)) * mf[..., None]  # Padding: 0.

@@ -64,9 +64,10 @@ class PerHeadAnalysis:
     del setup
     return {}
 
-  def stats(self, outs: tuple[EncoderOutput, ...], batch: dict,
-            mask: Array) -> Mapping[str, runner.Weighted]:
-    """Per-example statistics of one batch (traced); `mask` is `[B, L]`, padding rows 0."""
+  def stats(self, outs: tuple[EncoderOutput, ...], batch: dict, mask: Array,
+            params: tuple) -> Mapping[str, runner.Weighted]:
+    """Per-example statistics of one batch (traced); `mask` is `[B, L]`, padding rows 0;
+    `params` are the parameter sets the outputs came from (e.g. for a layer's weights)."""
     raise NotImplementedError
 
   def finalize(self, totals: runner.Totals) -> dict[str, Any]:

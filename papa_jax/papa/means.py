@@ -73,8 +73,8 @@ class AttentionSums:
   def capture(self) -> Capture:
     return Capture(probs=True, values=self.attention == "effective")
 
-  def __call__(self, outs, batch, mask) -> dict[str, runner.Weighted]:
-    del batch
+  def __call__(self, outs, batch, mask, params) -> dict[str, runner.Weighted]:
+    del batch, params
     out = outs[0]
     m = mask.astype(jnp.float32)
     layers = out.attentions

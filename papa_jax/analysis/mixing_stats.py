@@ -1,0 +1,195 @@
+"""The `mixing` stage: context-mixing measures averaged over a split's real tokens.
+
+Per layer and head (`papa_jax/mixing.py` for the math):
+  * `norm_mass`: Kobayashi et al.'s per-head norm `sum_j alpha^h_ij ||f^h_j||`,
+    averaged over real query rows (how much a head moves, not only where);
+  * `head_share`: the head's share of the layer's attention output,
+    `||sum_j z^h_ij|| / sum_g ||sum_j z^g_ij||`, averaged over real query rows;
+  * `attention_self`: raw attention's head-mean `alpha^h_ii` (for comparison).
+Per layer (`stats.json` "layers", and `layers.csv`): the mean over real tokens
+of each method's self-contribution `c_ii` (row-normalised ALTI, value zeroing,
+GlobEnc's N-Enc, AttnResLn-N, and attention), of the mixing ratios (attn,
+attnres, attnresln) and of the rollouts' self-contribution after the layer
+(attention rollout, ALTI and value zeroing rollouts, GlobEnc). When the
+workdir has PAPA's gates, ablation scores or scored head orderings (entropy,
+variance, kl, gradient), the summary gives the Spearman correlation of each
+per-head measure with each of them (`vs_head_orders`: rho, scipy's p-value, a
+permutation p-value shuffling heads within layers, since depth alone drives
+most head scores, and Holm's adjustment of the latter over the table), also as
+`agreement.md` and `agreement.png`. rho > 0: heads high on the measure are high
+on the score (each ordering's own direction is in `orderings/<name>.json`).
+For the layer-level methods (ALTI, GlobEnc, value zeroing) the per-head form
+compared is the head's share of the attention output (`head_share`): the
+layer matrices of those methods are built from the head-summed vectors
+`z_ij = sum_h z^h_ij`, and a head's share of `sum_j z_ij` is the part of them
+that head contributes, at no extra cost (a per-head value zeroing would cost
+heads x the layer-level one).
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import glob
+import io
+import os
+from typing import ClassVar
+
+import jax.numpy as jnp
+import numpy as np
+
+from papa_jax import mixing, rank_agreement, runner, workdir
+from papa_jax.analysis import figures, per_head
+from papa_jax.errors import ConfigError
+from papa_jax.stage import Setup
+
+METHODS = ("norms", "alti", "globenc", "value_zeroing")  # Rollout of attention always.
+RATIOS = ("attn", "attnres", "attnresln")
+PER_HEAD = ("norm_mass", "head_share", "attention_self")  # Compared with the head scores.
+
+
+@dataclasses.dataclass(frozen=True)
+class Mixing(per_head.PerHeadAnalysis):
+  """Context-mixing measures of every layer, averaged over real tokens."""
+
+  config: object  # The EncoderConfig (static: hashed by value).
+  methods: tuple[str, ...] = METHODS
+  alti_chunk: int = 16
+  vz_chunk: int = 8
+  reference_quirks: bool = False
+  name: ClassVar[str] = "mixing"
+  capture: ClassVar = mixing.CAPTURE
+  groups: ClassVar[tuple[str, ...]] = per_head.ANALYSIS_GROUPS + ("mixing",)
+
+  @classmethod
+  def from_setup(cls, setup: Setup) -> Mixing:
+    m, mc = setup.config.mixing, setup.model.config
+    if mc.compute_dtype != "float32" and not m.allow_low_precision:
+      raise ConfigError("stage=mixing decomposes the layers exactly: run it in float32 "
+                        "(--config.model.dtype=float32), or set mixing.allow_low_precision=True "
+                        "(the identities then hold to about 1e-2).")
+    return cls(mc, tuple(m.methods), m.alti_chunk, m.vz_chunk, m.reference_quirks)
+
+  def key(self, setup: Setup) -> dict:
+    return dict(methods=list(self.methods))
+
+  def stats(self, outs, batch, mask, params) -> dict[str, runner.Weighted]:
+    out, p = outs[0], params[0]
+    m = mask.astype(jnp.float32)
+    n = jnp.maximum(jnp.sum(m, -1), 1.0)
+    every = jnp.ones(m.shape[:1], jnp.float32)
+    row_mean = lambda v: jnp.sum(v * m[:, None, :] if v.ndim == 3 else v * m, -1) / (
+        n[:, None] if v.ndim == 3 else n)  # Mean over real query rows.
+    self_of = lambda c: row_mean(jnp.diagonal(c, axis1=-2, axis2=-1))
+    per: dict[str, list] = {}
+    rolls: dict[str, list] = {}
+    add = lambda k, v: per.setdefault(k, []).append(v)
+    for l, layer in enumerate(out.layers):
+      t = mixing.layer_terms(layer, out.hidden_states[l], mask, p[f"layer_{l}"])
+      add("norm_mass", row_mean(jnp.sum(mixing.head_norms(t), -1)))
+      heads = jnp.linalg.norm(layer.head_outputs, axis=-1) * m[:, None, :]  # [B, H, N]
+      add("head_share", row_mean(heads / jnp.maximum(jnp.sum(heads, 1, keepdims=True), 1e-30)))
+      add("attention_self", row_mean(jnp.diagonal(t.alpha, axis1=-2, axis2=-1)))
+      rolls.setdefault("attention", []).append(mixing.attention_matrix(t))
+      for kind in RATIOS:
+        add(f"mixing_ratio_{kind}", row_mean(mixing.mixing_ratios(t, kind)))
+      if "norms" in self.methods:
+        add("self_attnresln", self_of(mixing.normalize_rows(mixing.summed_norms(t, "attnresln"),
+                                                            m)))
+      if "globenc" in self.methods:
+        enc = mixing.summed_norms(t, "enc")
+        add("self_globenc", self_of(mixing.normalize_rows(enc, m)))
+        rolls.setdefault("globenc", []).append(enc)
+      if "alti" in self.methods:
+        c = mixing.alti(t, chunk=self.alti_chunk, reference_quirks=self.reference_quirks)
+        add("self_alti", self_of(c))
+        rolls.setdefault("alti", []).append(c)
+      if "value_zeroing" in self.methods:
+        c = mixing.value_zeroing(t, self.config, chunk=self.vz_chunk)
+        add("self_value_zeroing", self_of(c))
+        rolls.setdefault("value_zeroing", []).append(c)
+    for name, mats in rolls.items():
+      residual = 0.5 if name == "attention" else None
+      for r in mixing.rollout(mats, m, residual=residual):
+        if name == "globenc":  # Unnormalised products (the reference): report row shares.
+          r = mixing.normalize_rows(r, m)
+        add(f"rollout_self_{name}", self_of(r))
+    return {k: runner.Weighted(tuple(v), every) for k, v in per.items()}
+
+  def summary(self, st: dict, setup: Setup, data) -> dict:
+    layers = {k: np.asarray(v).tolist() for k, v in st.items() if np.ndim(v) == 1}
+    return dict(examples=int(st["count"]), methods=list(self.methods),
+                reference_quirks=self.reference_quirks, layers=layers,
+                vs_head_orders=_agreement(setup, {k: st[k] for k in PER_HEAD}))
+
+  def maps(self, st: dict) -> dict[str, np.ndarray]:
+    return {k: v for k, v in st.items() if np.ndim(v) == 2}  # Per head; per layer: layers.csv.
+
+  def write(self, st: dict, summary: dict, setup: Setup, data) -> None:
+    super().write(st, summary, setup, data)
+    buf = io.StringIO()
+    w = csv.writer(buf)
+    names = list(summary["layers"])
+    w.writerow(["layer"] + names)
+    for l in range(self.config.num_layers):
+      w.writerow([l] + [f"{summary['layers'][k][l]:.6g}" for k in names])
+    with workdir.atomic_write(setup.layout.figure(self.name, "layers.csv"), newline="") as f:
+      f.write(buf.getvalue())
+    if summary["vs_head_orders"]:
+      with workdir.atomic_write(setup.layout.figure(self.name, "agreement.md")) as f:
+        f.write(agreement_table(summary["vs_head_orders"]))
+
+  def figures(self, st: dict, summary: dict, setup: Setup, data) -> None:
+    title = per_head.label(setup, "context mixing per head", int(st["count"]))
+    figures.head_maps([("norm mass (K20)", st["norm_mass"]), ("share of the attention output",
+                                                              st["head_share"]),
+                       ("attention to self", st["attention_self"])],
+                      setup.layout.figure(self.name, "heads.png"), title, cmap="viridis")
+    rows = summary["vs_head_orders"]
+    if rows:
+      measures = list(dict.fromkeys(k.split("/", 1)[0] for k in rows))
+      others = list(dict.fromkeys(k.split("/", 1)[1] for k in rows))
+      rho = np.array([[np.nan if rows[f"{m}/{o}"]["rho"] is None else rows[f"{m}/{o}"]["rho"]
+                       for o in others] for m in measures])
+      figures.rho_grid(rho, measures, others, setup.layout.figure(self.name, "agreement.png"),
+                       per_head.label(setup, "Spearman rho over heads", int(st["count"])))
+
+
+def _agreement(setup: Setup, maps: dict[str, np.ndarray]) -> dict:
+  """Spearman agreement of each per-head measure with the workdir's head scores: rho, its
+  p-value, a within-layer permutation p-value and Holm's adjustment over the whole table."""
+  orders = {}
+  if os.path.exists(setup.layout.lambdas):
+    orders["lambda"] = np.load(setup.layout.lambdas)
+  if os.path.exists(setup.layout.stats("ablation")):
+    st = workdir.read_json(setup.layout.stats("ablation"))
+    orders.update({f"ablation_{k[len('change_'):]}": -np.asarray(v) for k, v in st.items()
+                   if k.startswith("change_")})  # The score drop.
+  for path in sorted(glob.glob(setup.layout.ordering("*"))):  # Input-dependence, gradient.
+    saved = workdir.read_json(path)
+    if saved.get("scores") is not None:
+      orders[saved["ordering"]] = np.asarray(saved["scores"])
+  out = {f"{name}/{other}": rank_agreement.head_rank_agreement(m, np.reshape(v, np.shape(m)))
+         for name, m in maps.items() for other, v in orders.items()}
+  adjusted = rank_agreement.holm([r["p_within_layers"] for r in out.values()])
+  for row, p in zip(out.values(), adjusted):
+    row["p_holm"] = p
+  return out
+
+
+def _fmt(v) -> str:
+  return "" if v is None else f"{v:.4g}"
+
+
+def agreement_table(rows: dict) -> str:
+  """The agreement rows as a markdown table (undefined cells empty)."""
+  lines = ["| measure | head score | Spearman rho | p | p (within layers) | p (Holm) | heads |",
+           "|---|---|---|---|---|---|---|"]
+  for key, r in rows.items():
+    measure, other = key.split("/", 1)
+    lines.append(f"| {measure} | {other} | {_fmt(r['rho'])} | {_fmt(r['p_value'])} | "
+                 f"{_fmt(r['p_within_layers'])} | {_fmt(r['p_holm'])} | {r['heads']} |")
+  return "\n".join(lines) + "\n"
+
+
+STAGE = per_head.stage(Mixing)
