@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from papa_jax import mixing, parallel, reader
+from papa_jax import attention_flow, mixing, parallel, reader
 from papa_jax.convert import Pretrained
 from papa_jax.data import preprocess, tasks
 from papa_jax.effective import effective_attention
@@ -105,10 +105,12 @@ def load_results(path: str) -> dict:
 
 MIXING = ("attention", "head_norms", "attn", "attnres", "attnresln", "globenc", "alti",
           "value_zeroing")
+FLOW = "attention_flow"  # CPU max-flow per example (papa_jax/attention_flow.py): opt-in.
 
 
 def context_mixing(model: Pretrained, data: preprocess.Encoded, methods: Sequence[str] = MIXING,
-                   *, batch_size: int = 8, rollout: bool = True) -> dict[str, np.ndarray]:
+                   *, batch_size: int = 8, rollout: bool = True,
+                   allow_low_precision: bool = False) -> dict[str, np.ndarray]:
   """Per-example context-mixing maps of every layer (`papa_jax/mixing.py`).
 
   Args:
@@ -116,21 +118,39 @@ def context_mixing(model: Pretrained, data: preprocess.Encoded, methods: Sequenc
     data: encoded examples (`encode_texts`).
     methods: any of `MIXING`: "attention" (head-mean attention, rows renormalised),
       "head_norms" (`[B, layers, H, N, N]`), the summed norms "attn", "attnres",
-      "attnresln", "globenc" (N-Enc), "alti", "value_zeroing" (row-normalised).
+      "attnresln", "globenc" (N-Enc), "alti", "value_zeroing" (row-normalised);
+      and `FLOW`, "attention_flow" (the last layer's flow, `[B, N, N]`; n^2 max-flow
+      solves per example on the CPU: slow above ~64 tokens, and it warns).
     batch_size: examples per forward.
     rollout: also `<method>_rollout` for attention (residual 0.5), alti,
       value_zeroing and globenc (no residual, unnormalised products).
+    allow_low_precision: accept a bfloat16 model (the decompositions then hold to ~1e-2).
 
   Returns:
-    `{method: [B, layers, N, N] float32}`; pad rows and columns are 0.
+    `{method: [B, layers, N, N] float32}`; pad rows and columns are 0. Everything runs
+    under the highest matmul precision.
   """
-  bad = sorted(set(methods) - set(MIXING))
+  bad = sorted(set(methods) - set(MIXING) - {FLOW})
   if bad:
-    raise ValueError(f"Unknown context-mixing methods {bad}; choose from {MIXING}.")
-  fn = _mixing_fn(model.config, tuple(methods), rollout)
-  parts = [fn(model.params, {k: v[i:i + batch_size] for k, v in data.arrays().items()})
-           for i in range(0, len(data), batch_size)]
-  return {k: np.concatenate([np.asarray(p[k]) for p in parts]) for k in parts[0]}
+    raise ValueError(f"Unknown context-mixing methods {bad}; choose from {MIXING + (FLOW,)}.")
+  if model.config.compute_dtype != "float32" and not allow_low_precision:
+    raise ValueError(f"context mixing decomposes each layer exactly: load the model in float32 "
+                     f"(its compute dtype is {model.config.compute_dtype}), or pass "
+                     f"allow_low_precision=True.")
+  jitted = tuple(dict.fromkeys(m for m in (*methods, *(("attention",) if FLOW in methods
+                                                      else ())) if m != FLOW))
+  fn = _mixing_fn(model.config, jitted, rollout)
+  with jax.default_matmul_precision("highest"):
+    parts = [fn(model.params, {k: v[i:i + batch_size] for k, v in data.arrays().items()})
+             for i in range(0, len(data), batch_size)]
+  out = {k: np.concatenate([np.asarray(p[k]) for p in parts]) for k in parts[0]}
+  if FLOW in methods:
+    out[FLOW] = np.stack([attention_flow.example_flow(a, m) for a, m in zip(
+        out["attention"], data.arrays()["attention_mask"])]).astype(np.float32)
+    if "attention" not in methods:
+      out.pop("attention")
+      out.pop("attention_rollout", None)
+  return out
 
 
 @functools.lru_cache(maxsize=8)

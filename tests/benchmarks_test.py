@@ -73,3 +73,13 @@ def test_compare_workdirs_difference_interval_and_changed_predictions():
     compare_workdirs.compare(exp(same, None), Experiment(
         model="m", task=task, total_heads=4, labels=1 - labels, predictions={}, scores={},
         means=None, gates=None, ranking=None, train_examples=1, eval_examples=400))
+
+
+@pytest.mark.parametrize("impl", ["papa_jax", "reference"])
+def test_mixing_benchmark_runs_each_side_at_tiny_size(impl, minilm):
+  """The context-mixing benchmark's per-process measurement, at 2 sentences of 12 tokens."""
+  del minilm  # Skips when the packaged MiniLM is absent.
+  from benchmarks import mixing_bench
+  r = mixing_bench.one(impl, "alti", batch=2, length=12, repeats=1)
+  assert r["sentences"] == 2 and r["s_per_sentence"] > 0
+  assert r["peak_rss_mb"] >= r["rss_before_mb"] > 0

@@ -312,3 +312,52 @@ def test_mixing_decomposition_holds_on_every_family(family):
       c = np.asarray(c)
       assert np.isfinite(c).all() and np.all(c[1, 6:] == 0) and np.all(c[1, :, 6:] == 0)
       np.testing.assert_allclose(c.sum(-1)[real], 1.0, atol=1e-5)
+
+
+def _stochastic(rng, *shape):
+  a = rng.random(shape) ** 3  # Peaked rows, so capacities bind.
+  return a / a.sum(-1, keepdims=True)
+
+
+def test_attention_flow_equals_min_cuts():
+  """§10 T11: one layer's flow is its matrix; two layers' flow is the min cut, which for
+  this layered graph is `sum_k min(A2[i, k], A1[k, j])` (each middle node is cut on one
+  side or the other); rows sum to 1; padding is absent."""
+  from papa_jax import attention_flow as af
+  rng = np.random.default_rng(3)
+  one = af.layer_matrices(_stochastic(rng, 1, 4, 4))
+  np.testing.assert_allclose(af.flow(one), one[0], atol=4 * 2.0 ** -24)
+  a1, a2 = af.layer_matrices(_stochastic(rng, 2, 3, 3))
+  cut = np.minimum(a2[:, :, None], a1[None, :, :]).sum(1)
+  np.testing.assert_allclose(af.flow(np.stack([a1, a2])), cut / cut.sum(-1, keepdims=True),
+                             atol=1e-6)
+  three = _stochastic(rng, 3, 5, 5)
+  padded = np.zeros((3, 7, 7))
+  padded[:, :5, :5] = three
+  got = af.example_flow(padded, np.array([1] * 5 + [0] * 2))
+  np.testing.assert_array_equal(got[5:], 0)
+  np.testing.assert_array_equal(got[:, 5:], 0)
+  np.testing.assert_allclose(got[:5, :5], af.flow(af.layer_matrices(three)), atol=0)
+  np.testing.assert_allclose(got[:5].sum(-1), 1.0, atol=1e-9)
+
+
+def test_context_mixing_flow_route_and_guards(minilm, minilm_tokenizer, monkeypatch):
+  """The API's flow on a short sentence equals the flow of its own attention maps; it warns
+  above the token limit; a bfloat16 model is refused unless allowed."""
+  import dataclasses
+
+  from papa_jax import attention_flow as af
+  enc = minilm_tokenizer(["dull ."], padding="max_length", max_length=6, return_tensors="np")
+  data = _encoded(enc["input_ids"], enc["attention_mask"])
+  maps = pj.context_mixing(minilm, data, methods=("attention", "attention_flow"))
+  n = int(enc["attention_mask"].sum())
+  want = af.flow(af.layer_matrices(np.asarray(maps["attention"][0, :, :n, :n], np.float64)))
+  np.testing.assert_allclose(maps["attention_flow"][0, :n, :n], want, atol=1e-6)
+  assert set(pj.context_mixing(minilm, data, methods=("attention_flow",))) == {"attention_flow"}
+  monkeypatch.setattr(af, "LIMIT", 3)
+  with pytest.warns(UserWarning, match="max-flow solves"):
+    pj.context_mixing(minilm, data, methods=("attention_flow",))
+  low = dataclasses.replace(minilm, config=dataclasses.replace(minilm.config,
+                                                               compute_dtype="bfloat16"))
+  with pytest.raises(ValueError, match="float32"):
+    pj.context_mixing(low, data, methods=("alti",))

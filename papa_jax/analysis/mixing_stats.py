@@ -59,6 +59,7 @@ class Mixing(per_head.PerHeadAnalysis):
   reference_quirks: bool = False
   name: ClassVar[str] = "mixing"
   capture: ClassVar = mixing.CAPTURE
+  matmul_precision: ClassVar[str] = "highest"  # The encoder's forward too (spec §2.6).
   groups: ClassVar[tuple[str, ...]] = per_head.ANALYSIS_GROUPS + ("mixing",)
 
   @classmethod

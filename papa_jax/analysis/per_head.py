@@ -43,6 +43,8 @@ class PerHeadAnalysis:
   capture: ClassVar[Capture] = Capture(probs=True, values=True)
   groups: ClassVar[tuple[str, ...]] = ANALYSIS_GROUPS
   columns: ClassVar[tuple[str, ...]] = ()
+  # The matmul precision the pass traces under ("highest": exact float32 on GPU/TPU too).
+  matmul_precision: ClassVar[str | None] = None
 
   @classmethod
   def from_setup(cls, setup: Setup) -> PerHeadAnalysis:
@@ -106,11 +108,13 @@ def run(kind: type[PerHeadAnalysis], setup: Setup) -> dict:
   arrays = dict(data.arrays(), **analysis.arrays(setup, data))
   params = analysis.params(setup)
   partial = setup.layout.partial(analysis.name)
-  totals = runner.sum_pass(
-      analysis.stats, analysis.capture, setup.model.config, params, arrays, setup.mesh,
-      batch_size=c.run.batch_size, partial=partial,
-      run_key=setup.fingerprint(analysis.groups, stage=analysis.name, **analysis.key(setup)),
-      checkpoint_every=c.run.checkpoint_every_batches, desc=analysis.name)
+  precision = analysis.matmul_precision or jax.config.jax_default_matmul_precision
+  with jax.default_matmul_precision(precision):
+    totals = runner.sum_pass(
+        analysis.stats, analysis.capture, setup.model.config, params, arrays, setup.mesh,
+        batch_size=c.run.batch_size, partial=partial,
+        run_key=setup.fingerprint(analysis.groups, stage=analysis.name, **analysis.key(setup)),
+        checkpoint_every=c.run.checkpoint_every_batches, desc=analysis.name)
   st = analysis.finalize(totals)
   summary = dict(model=c.model.name, task=setup.task.name, split=c.effective.split,
                  **analysis.summary(st, setup, data))
