@@ -29,6 +29,10 @@ VARIANTS = ("raw", "effective", "uniform", "row_mean", "compressed")  # papa/con
 FEATURE_DTYPES = ("float32", "bfloat16")
 ABLATIONS = ("uniform", "constant", "effective")
 ORDERINGS = ("lambda", "random", "entropy", "variance", "kl", "gradient", "ablation")
+# Per-layer context-mixing maps the explorer can store per example (`api.context_mixing`).
+EXPLORE_MIXING = ("attention", "attention_rollout", "attn", "attnres", "attnresln", "globenc",
+                  "globenc_rollout", "alti", "alti_rollout", "value_zeroing",
+                  "value_zeroing_rollout")
 RESULT_GROUPS = ("model", "data", "sort", "probe", "effective", "finetune", "ablation",
                  "mixing")
 PAPA_GROUPS = ("model", "data", "sort", "probe")  # What means, sort and probe runs depend on.
@@ -154,6 +158,11 @@ def get_config() -> ml_collections.ConfigDict:
       examples=(0, 1, 2),  # Dev indices (whole validation split, file order) shown first.
       max_examples=8,  # Stored in all, padded with the next dev examples; <= 0: just `examples`.
       output="explorer.html",  # Under the workdir.
+      # Context-mixing maps per shown example and layer (EXPLORE_MIXING, papa_jax/mixing.py);
+      # () = none. value_zeroing costs every layer's FFN once per token (tens of forward
+      # passes). Needs a float32 model (model.dtype); else skipped with a warning.
+      mixing=("attention_rollout", "attnresln", "globenc", "alti", "alti_rollout",
+              "value_zeroing"),
   ))
   c.report = ml_collections.ConfigDict(dict(
       n_boot=1000,  # Bootstrap resamples (over dev examples and probe seeds).
@@ -219,7 +228,8 @@ def unclassified_fields(config: ml_collections.ConfigDict) -> list[str]:
 # Tuple-of-names fields a user writes as `--config.papa.orderings=lambda,random`:
 # `quote_name_lists` makes that a tuple literal before the flag parser sees it
 # (ml_collections would read `lambda,...` as Python and fail on the keyword).
-NAME_LISTS = ("papa.variants", "papa.orderings", "ablation.kinds", "mixing.methods")
+NAME_LISTS = ("papa.variants", "papa.orderings", "ablation.kinds", "mixing.methods",
+              "explore.mixing")
 
 
 def quote_name_lists(argv: list[str]) -> list[str]:
@@ -261,6 +271,19 @@ def orderings(config: ml_collections.ConfigDict) -> tuple[str, ...]:
     raise ConfigError(f"papa.random_draws={config.papa.random_draws}: give at least 1 draw "
                       "for the random ordering.")
   return names
+
+
+def explore_mixing(explore) -> tuple[str, ...]:
+  """`explore.mixing` of an `explore` group (ConfigDict or dict; 'a,b' works too), checked
+  against `EXPLORE_MIXING`, without repeats; () when absent or empty (no maps)."""
+  given = () if explore is None else explore.get("mixing", ())
+  given = (given,) if isinstance(given, str) else tuple(given)
+  names = tuple(v.strip() for item in given for v in str(item).split(",") if v.strip())
+  bad = [v for v in names if v not in EXPLORE_MIXING]
+  if bad:
+    raise ConfigError(f"explore.mixing={given!r}: {bad} unknown; use a subset of "
+                      f"{EXPLORE_MIXING}, or () for none.")
+  return tuple(dict.fromkeys(names))
 
 
 def seeds(config: ml_collections.ConfigDict) -> tuple[int, ...]:
@@ -325,6 +348,7 @@ def validate(config: ml_collections.ConfigDict) -> None:
                       "('norms', 'alti', 'globenc', 'value_zeroing').")
   if config.mixing.alti_chunk < 1 or config.mixing.vz_chunk < 1:
     raise ConfigError("mixing.alti_chunk and mixing.vz_chunk must be >= 1.")
+  explore_mixing(config.explore)
   if config.effective.split not in ("train", "validation", "test"):
     raise ConfigError(f"effective.split={config.effective.split!r}; use train, validation or test.")
 

@@ -1,11 +1,12 @@
 """The attention explorer: packing, and the page in a real headless browser.
 
-The browser tests open the page of a tiny real run (MiniLM, SST-2, L=32) and
-of a large synthetic workdir (24 layers x 16 heads, L=128) in Chromium via
-Playwright, and skip when no Chromium is installed. Screenshots go to
-$PAPA_ARTIFACTS (default: the test's tmp_path).
+The browser tests open the page of a tiny real run (MiniLM, SST-2, L=32, with
+the effective and mixing stages) and of a large synthetic workdir (24 layers x
+16 heads, L=128) in Chromium via Playwright, and skip when no Chromium is
+installed. Screenshots go to $PAPA_ARTIFACTS (default: the test's tmp_path).
 """
 
+import dataclasses
 import json
 import os
 import shutil
@@ -17,11 +18,13 @@ import ml_collections
 import numpy as np
 import pytest
 
+import papa_jax as pj
 from configs import base
-from papa_jax import attention, convert, run
+from papa_jax import attention, config_schema, convert, explorer, run
 from papa_jax import data as data_lib
 from papa_jax import effective
-from papa_jax.explorer import ExplorerConfig, collect, pack, write_explorer
+from papa_jax.errors import ConfigError
+from papa_jax.explorer import ExplorerConfig, collect, pack, payload, write_explorer
 from papa_jax.layout import Layout
 from papa_jax.models.config import EncoderConfig
 from papa_jax.models.encoder import init_params
@@ -74,6 +77,67 @@ def test_example_indices_and_config():
   assert isinstance(c.examples, tuple)
 
 
+def test_explore_mixing_names_and_the_flag():
+  assert tuple(collect.MIXING_LABELS) == config_schema.EXPLORE_MIXING
+  assert {n.removesuffix("_rollout") for n in config_schema.EXPLORE_MIXING} <= set(pj.api.MIXING)
+  assert ExplorerConfig.from_config(dict(mixing=())).mixing == ()
+  assert ExplorerConfig.from_config(dict(mixing=["alti,value_zeroing", "alti"])).mixing == (
+      "alti", "value_zeroing")
+  with pytest.raises(ConfigError, match="head_norms"):  # Per head: not a per-layer map.
+    ExplorerConfig.from_config(dict(mixing=("head_norms",)))
+  c = base.get_config()
+  c.explore.mixing = ("alti", "rollout")
+  with pytest.raises(ConfigError, match="explore.mixing"):
+    config_schema.validate(c)
+  assert config_schema.quote_name_lists(
+      ["--config.explore.mixing=alti,value_zeroing", "--config.explore.mixing="]) == [
+          "--config.explore.mixing=('alti','value_zeroing',)", "--config.explore.mixing=()"]
+
+
+def _dev(config, model, indices):
+  dev = data_lib.load_split(config.data, "validation", model.tokenizer(),
+                            model.config.type_vocab_size)
+  return dev.take(np.asarray(indices))
+
+
+def assert_mixing_equal(got: np.ndarray, want: np.ndarray, scales):
+  """Decoded `[layers, n, n]` maps within half an 8-bit step (per layer) of `want`."""
+  step = np.asarray(scales, np.float64).reshape(-1, 1, 1)
+  assert got.shape == want.shape
+  assert np.all(np.abs(got - want) <= step / 2 * (1 + 1e-5) + 1e-5)
+  np.testing.assert_allclose(step[:, 0, 0], want.max((-2, -1)) / 255, rtol=1e-4, atol=1e-9)
+
+
+def test_collected_mixing_maps_equal_context_mixing(tmp_path, minilm):
+  """Every layer's map of the real tokens, against `pj.context_mixing` run here one
+  example at a time (nothing of it lies on pad rows or columns)."""
+  c = tiny_config(tmp_path)
+  names = ExplorerConfig.mixing + ("value_zeroing_rollout", "attn")
+  records = collect.example_records(minilm, c.data, (4, 1), 3, names)
+  sub = _dev(c, minilm, [4, 1, 0])
+  want = pj.context_mixing(minilm, sub, batch_size=1)
+  assert [r["index"] for r in records] == [4, 1, 0]
+  for b, rec in enumerate(records):
+    pos = np.flatnonzero(sub.attention_mask[b])
+    assert rec["positions"] == pos.tolist() and len(pos) < 32
+    assert list(rec["mixing"]) == list(names)
+    for name in names:
+      full = np.asarray(want[name][b], np.float64)  # [layers, L, L]
+      real = full[:, pos][:, :, pos]
+      assert np.abs(full).sum() > 0
+      assert np.abs(real).sum() == pytest.approx(np.abs(full).sum(), rel=1e-6)
+      assert_mixing_equal(pack.unpack_matrices(rec["mixing"][name]), real,
+                          rec["mixing"][name]["scales"])
+
+
+def test_mixing_flag_off_runs_no_mixing(tmp_path, minilm, monkeypatch):
+  def refuse(*args, **kwargs):
+    raise AssertionError("context_mixing ran with explore.mixing=()")
+  monkeypatch.setattr(collect.api, "context_mixing", refuse)
+  records = collect.example_records(minilm, tiny_config(tmp_path).data, (2,), 1, ())
+  assert len(records) == 1 and records[0]["mixing"] == {}
+
+
 # ---- browser ----
 
 def find_chromium() -> str | None:
@@ -105,7 +169,8 @@ class Page:
   def __init__(self, browser, path: str, timeout_s: float = 60.0):
     self.errors: list[str] = []
     self.page = browser.new_page(viewport={"width": 1400, "height": 1000})
-    self.page.on("console", lambda m: m.type == "error" and self.errors.append(f"console: {m.text}"))
+    self.page.on("console",
+                 lambda m: m.type == "error" and self.errors.append(f"console: {m.text}"))
     self.page.on("pageerror", lambda e: self.errors.append(f"page error: {e}"))
     # Long main-thread tasks from the very start (a frozen page shows as one).
     self.page.add_init_script(
@@ -125,7 +190,8 @@ class Page:
 
   def marked(self) -> set[tuple[int, int]]:
     return {tuple(map(int, x)) for x in self.js(
-        "[...document.querySelectorAll('.rank-cell.static')].map(c => [c.dataset.layer, c.dataset.head])")}
+        "[...document.querySelectorAll('.rank-cell.static')]"
+        ".map(c => [c.dataset.layer, c.dataset.head])")}
 
 
 def artifacts_dir(tmp_path) -> str:
@@ -136,7 +202,7 @@ def artifacts_dir(tmp_path) -> str:
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory, minilm):
-  """A tiny real run (means, sort, probes, effective stats) and its explorer page."""
+  """A tiny real run (means, sort, probes, effective and mixing stats) and its explorer page."""
   tmp = tmp_path_factory.mktemp("explorer")
   wd = str(tmp / "wd")
   fast = {"probe.epochs": 1, "probe.cache_features": True, "probe.encoder_dropout": False}
@@ -145,9 +211,12 @@ def tiny(tmp_path_factory, minilm):
   run.run(c, wd)
   t1 = time.perf_counter()
   run.run(tiny_config(tmp, stage="effective", **{"effective.max_examples": 16}, **fast), wd)
+  run.run(tiny_config(tmp, stage="mixing", **{"effective.max_examples": 16,
+                                              "mixing.methods": ("norms",)}, **fast), wd)
   t2 = time.perf_counter()
   path = write_explorer(wd, examples=(0, 1, 2), max_examples=5, model=minilm)
-  print(f"tiny run {t1 - t0:.0f} s, effective {t2 - t1:.0f} s, explorer {time.perf_counter() - t2:.0f} s")
+  print(f"tiny run {t1 - t0:.0f} s, effective and mixing {t2 - t1:.0f} s, explorer "
+        f"{time.perf_counter() - t2:.0f} s")
   return dict(wd=wd, path=path, config=c)
 
 
@@ -221,7 +290,8 @@ def test_search_filters_the_examples(tiny_page):
   assert all(items.nth(i).is_visible() for i in range(items.count()))
   items.nth(2).click()
   assert p.js("papaExplorer.state.example") == 2
-  assert f'#{p.js("papaExplorer.data.examples[2].index")}' in p.page.locator("#ex-title").inner_text()
+  index = p.js("papaExplorer.data.examples[2].index")
+  assert f"#{index}" in p.page.locator("#ex-title").inner_text()
   assert not p.errors, p.errors
 
 
@@ -231,7 +301,8 @@ def test_page_numbers_come_from_the_workdir(tiny_page, tiny, minilm):
   avgs = means_lib.load_means(os.path.join(wd, "means", "means_raw.npz")).avgs
   scales = np.asarray(p.js("papaExplorer.data.means.raw.scales")).reshape(6, 12)
   for l, h in ((0, 0), (3, 7), (5, 11)):
-    shown = np.asarray(p.js("([l, h]) => papaExplorer.constant('raw', l, h)", [l, h])).reshape(32, 32)
+    shown = np.asarray(p.js("([l, h]) => papaExplorer.constant('raw', l, h)", [l, h]))
+    shown = shown.reshape(32, 32)
     assert np.abs(shown - avgs[l, h]).max() <= scales[l, h] / 2 * (1 + 1e-5) + 1e-9
     assert scales[l, h] == pytest.approx(avgs[l, h].max() / 255, rel=1e-6)
   ranking = p.js("papaExplorer.data.ranking")
@@ -293,6 +364,101 @@ def test_page_warns_about_the_model_only_when_it_differs(browser, tiny, tmp_path
   page.page.close()
 
 
+@pytest.mark.slow
+def test_mixing_selector_shows_each_measure_with_its_label(tiny_page, tiny, minilm):
+  """The per-example context-mixing panel: one option per `explore.mixing` map, each
+  drawing its own map with its description, numbers equal to `pj.context_mixing`."""
+  p, names, e, l = tiny_page, list(ExplorerConfig.mixing), 2, 3
+  assert p.js("[...document.querySelectorAll('#mix-method option')].map(o => o.value)") == names
+  assert p.js("papaExplorer.data.meta.mixing_maps") == [[n, collect.MIXING_LABELS[n]]
+                                                         for n in names]
+  assert p.page.locator("#ex-mixing").is_visible() and p.page.locator("#mix-method").is_visible()
+  p.page.locator(".example-item").nth(e).click()
+  p.page.locator("#ex-layer").select_option(str(l))
+  drawn = set()
+  for name in names:
+    p.page.locator("#mix-method").select_option(name)
+    assert collect.MIXING_LABELS[name] in p.page.locator("#mix-note").inner_text()
+    title = p.page.locator("#ex-mixing-title").inner_text()
+    assert title.startswith(f"{collect.MIXING_LABELS[name].split(':')[0]}, layer {l} (all heads)")
+    drawn.add(p.js("document.getElementById('ex-mixing').toDataURL()"))
+  assert len(drawn) == len(names)
+  before = p.js("document.getElementById('lines').toDataURL()")
+  p.page.locator("#line-source").select_option("mixing")
+  assert p.js("document.getElementById('lines').toDataURL()") != before
+  p.page.locator("#line-source").select_option("dynamic")
+
+  index = p.js(f"papaExplorer.data.examples[{e}].index")
+  sub = _dev(tiny["config"], minilm, [index])
+  want = pj.context_mixing(minilm, sub, batch_size=1)
+  pos = np.flatnonzero(sub.attention_mask[0])
+  for name in names:
+    real = np.asarray(want[name][0], np.float64)[:, pos][:, :, pos]
+    shown = np.stack([np.asarray(p.js(f"papaExplorer.mixing({e}, '{name}', {k})"))
+                      for k in range(6)]).reshape(real.shape)
+    assert_mixing_equal(shown, real, p.js(f"papaExplorer.data.examples[{e}].mixing.{name}.scales"))
+  assert not p.errors, p.errors
+
+
+@pytest.mark.slow
+def test_head_grid_offers_the_mixing_stage_maps(tiny_page, tiny):
+  """With mixing/stats.json the per-head grid offers its norm mass and output share, drawn
+  from the file, with their Spearman rho against PAPA's gates."""
+  p = tiny_page
+  st = json.load(open(os.path.join(tiny["wd"], "mixing", "stats.json")))
+  labels = dict(collect.MIXING_STAT_MAPS)
+  subsets = p.js("[...document.querySelectorAll('#stat-subset option')].map(o => o.value)")
+  assert subsets[0] == "all" and subsets[-1] == "mixing"
+  assert p.page.locator("#stat-subset option[value=mixing]").inner_text() == (
+      f"context mixing ({st['summary']['examples']} validation examples)")
+  p.page.locator("#stat-subset").select_option("mixing")
+  options = p.js("[...document.querySelectorAll('#stat-map option')].map(o => o.value)")
+  assert options[:2] == [labels["norm_mass"], labels["head_share"]]
+  grids = set()
+  for key, (l, h) in (("norm_mass", (4, 3)), ("head_share", (0, 11))):
+    p.page.locator("#stat-map").select_option(labels[key])
+    assert p.page.locator(".stat-cell").count() == 6 * 12
+    grids.add(p.page.locator("#stat-map-grid").inner_html())
+    p.page.locator(f'.stat-cell[data-layer="{l}"][data-head="{h}"]').hover()
+    assert p.page.locator("#tip").inner_text() == (
+        f"layer {l}, head {h}: {labels[key]} = {st[key][l][h]:.4f}")
+    np.testing.assert_allclose(p.js(f"papaExplorer.data.mixing.maps[{labels[key]!r}]"), st[key])
+    rho = st["summary"]["vs_head_orders"][f"{key}/lambda"]["rho"]
+    assert f"Spearman ρ over heads with lambda {rho:.2f}" in p.page.locator(
+        "#stat-summary").inner_text()
+  assert len(grids) == 2
+  p.page.locator("#stat-subset").select_option("all")  # Back to the effective stage's maps.
+  assert p.js("document.getElementById('stat-map').value") not in labels.values()
+  assert not p.errors, p.errors
+
+
+@pytest.mark.slow
+def test_mixing_maps_off_by_flag_or_for_a_bfloat16_model(browser, tiny, tmp_path, minilm,
+                                                          monkeypatch):
+  """`explore.mixing=()` (through the launcher's entry point) stores no maps and the page
+  hides the selector; a bfloat16 model skips them with a warning instead of failing."""
+  def refuse(*args, **kwargs):
+    raise AssertionError("context_mixing ran")
+  monkeypatch.setattr(collect.api, "context_mixing", refuse)
+  c = tiny_config(tmp_path, stage="explore", **{"explore.mixing": (), "explore.examples": (0,),
+                                                "explore.max_examples": 1,
+                                                "explore.output": "off.html"})
+  p = Page(browser, explorer.run(c, tiny["wd"]))
+  assert p.js("papaExplorer.data.meta.mixing_maps") == []
+  assert p.js("papaExplorer.data.examples[0].mixing") == {}
+  assert p.page.locator("#mix-method").is_hidden() and p.page.locator("#ex-mixing").is_hidden()
+  assert "mixing" not in p.js("[...document.querySelectorAll('#line-source option')]"
+                              ".map(o => o.value)")
+  assert "No context-mixing maps stored" in p.page.locator("#mix-note").inner_text()
+  assert p.page.locator("#ex-dynamic").is_visible() and not p.errors, p.errors
+  p.page.close()
+  half = convert.Pretrained(dataclasses.replace(minilm.config, compute_dtype="bfloat16"),
+                            minilm.params, minilm.model_dir)
+  data = payload(tiny["wd"], examples=(0,), max_examples=1, model=half)
+  assert data["meta"]["mixing_maps"] == [] and data["examples"][0]["mixing"] == {}
+  assert any("need a float32 model" in w for w in data["meta"]["warnings"])
+
+
 # ---- a large model ----
 
 def synthetic_workdir(wd: str, data_cfg: dict, layers: int, heads: int, L: int, seed: int = 0):
@@ -348,7 +514,9 @@ def test_large_model_page_stays_responsive(browser, tiny, tmp_path, minilm, caps
   wd = str(tmp_path / "large")
   data_cfg = json.loads(tiny["config"].data.to_json())  # Its prepared TFDS data too.
   avgs = synthetic_workdir(wd, data_cfg, layers, heads, L)
-  path = write_explorer(wd, examples=(0, 1), max_examples=-1, model=model)
+  # Two cheap mixing maps: value zeroing's 24 layers would add ~30 s of compilation here.
+  path = write_explorer(wd, examples=(0, 1), max_examples=-1, model=model,
+                        mixing=("attention_rollout", "alti"))
   size_mb = os.path.getsize(path) / 1e6
 
   p = Page(browser, path, timeout_s=120)
@@ -368,8 +536,12 @@ def test_large_model_page_stays_responsive(browser, tiny, tmp_path, minilm, caps
   assert np.abs(want - np.asarray(a)[0, 5][np.ix_(pos, pos)]).max() > 10 * step
   load_ms, longest = p.js("papaExplorer.loadMs"), max(p.js("window.__longTasks") or [0])
   assert p.page.locator("#grid canvas.cell").count() == layers * heads
-  assert p.page.locator("#curve .band").count() == 2 and p.page.locator("#curve .errbar").count() > 5
+  assert p.page.locator("#curve .band").count() == 2
+  assert p.page.locator("#curve .errbar").count() > 5
   assert "No effective/stats.json" in p.page.locator("#sec-stats").inner_text()
+  assert "No mixing/stats.json" in p.page.locator("#sec-stats").inner_text()
+  assert p.page.locator("#stat-subset option").count() == 0
+  assert p.js("papaExplorer.data.meta.mixing_maps.map(m => m[0])") == ["attention_rollout", "alti"]
   p.page.locator('#grid canvas.cell[data-layer="23"][data-head="15"]').click()
   assert p.js("[papaExplorer.state.layer, papaExplorer.state.head]") == [23, 15]
   shown = np.asarray(p.js("papaExplorer.constant('raw', 23, 15)")).reshape(L, L)

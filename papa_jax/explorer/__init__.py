@@ -2,8 +2,9 @@
 
 `write_explorer(workdir)` writes one self-contained `explorer.html` (data, JS
 and CSS inlined; no server, no network) with the constant matrices, the head
-ranking and schedule, the PAPA curves, a few dev examples' attention and the
-effective stage's per-head statistics. See `docs/explorer.md`.
+ranking and schedule, the PAPA curves, a few dev examples' attention and context
+mixing, and the effective and mixing stages' per-head statistics. See
+`docs/explorer.md`.
 """
 
 from papa_jax.explorer.page import ExplorerConfig, payload, render, run, write_explorer

@@ -10,6 +10,7 @@ import numpy as np
 import scipy.stats
 from absl import logging
 
+from papa_jax import api
 from papa_jax import data as data_lib
 from papa_jax import effective, reader, results
 from papa_jax.explorer import pack
@@ -20,6 +21,32 @@ from papa_jax.models.encoder import Capture
 STAT_MAPS = (("mass_raw", "raw attention mass on"), ("mass_eff", "effective attention mass on"),
              ("null_ratio", "null ratio ||A - A_eff|| / ||A||"), ("corr", "corr(A, A_eff)"),
              ("js", "JS divergence raw vs effective"), ("rank", "rank of the values"))
+# Per-head maps of the mixing stage's stats.json (`analysis/mixing_stats.py`), as (key, label).
+MIXING_STAT_MAPS = (
+    ("norm_mass", "norm mass Σ_j α_ij ||f_j|| (Kobayashi et al. 2020)"),
+    ("head_share", "share of the attention output ||Σ_j z^h_ij|| / Σ_g ||Σ_j z^g_ij||"),
+    ("attention_self", "attention to self α_ii"))
+# What each per-layer context-mixing map of an example is (`explore.mixing`; all heads).
+MIXING_LABELS = dict(
+    attention="attention: the head mean of α, rows renormalised over the real tokens",
+    attention_rollout="attention rollout (Abnar & Zuidema 2020): the product over the layers up "
+                      "to this one of 0.5 A + 0.5 I, A the head-mean attention",
+    attn="Attn-N (Kobayashi et al. 2020): ||Σ_h α^h_ij f^h_j||, attention weighted by the "
+         "norms of the transformed values",
+    attnres="AttnRes-N (Kobayashi et al. 2021): Attn-N with the residual on the diagonal",
+    attnresln="AttnResLn-N (Kobayashi et al. 2021): the norm of token j's part of token i's "
+              "vector through attention, the residual and the first LayerNorm",
+    globenc="GlobEnc's N-Enc (Modarressi et al. 2022): AttnResLn-N through both LayerNorms, "
+            "this layer alone",
+    globenc_rollout="GlobEnc (Modarressi et al. 2022): N-Enc rolled out over the layers up to "
+                    "this one (unnormalised products)",
+    alti="ALTI (Ferrando et al. 2022): token j's contribution to token i's output of this "
+         "layer, by L1 distances; rows sum to 1",
+    alti_rollout="ALTI rollout: each input token's contribution to token i after this layer",
+    value_zeroing="value zeroing (Mohebbi et al. 2023): how far token i's output moves (cosine "
+                  "distance) when token j's values are zeroed in every head; rows sum to 1",
+    value_zeroing_rollout="value zeroing rollout: the product over the layers up to this one")
+ROLLOUT = "_rollout"
 
 
 @jax.jit
@@ -113,6 +140,41 @@ def effective_view(wd: reader.FinishedWorkdir) -> dict | None:
   return dict(maps=maps, counts=counts, summary=pack.finite_or_none(st.get("summary", {})))
 
 
+def mixing_view(wd: reader.FinishedWorkdir) -> dict | None:
+  """The mixing stage's per-head maps `{label: [layers][heads]}`, its example count and
+  split, and each map's Spearman rho with the workdir's head scores, if it ran."""
+  st = wd.stats.get("mixing")
+  if st is None:
+    return None
+  s = st.get("summary", {})
+  maps, agreement = {}, {}
+  for key, label in MIXING_STAT_MAPS:
+    if st.get(key) is None:
+      continue
+    maps[label] = pack.finite_or_none(np.asarray(st[key], np.float64))
+    agreement[label] = {}
+    for pair, r in s.get("vs_head_orders", {}).items():
+      measure, other = pair.split("/", 1)
+      if measure == key:
+        agreement[label][other] = pack.finite_or_none(
+            {f: r.get(f) for f in ("rho", "p_within_layers", "p_holm")})
+  return dict(maps=maps, agreement=agreement, count=s.get("examples"), split=s.get("split"))
+
+
+def mixing_maps(model, data, names: Sequence[str], batch_size: int = 8) -> dict[str, np.ndarray]:
+  """The per-layer context-mixing maps `names` (`MIXING_LABELS`) of `data` by
+  `api.context_mixing`: `{name: [B, layers, L, L] float32}`, pad rows and columns 0."""
+  if not names:
+    return {}
+  bad = sorted(set(names) - set(MIXING_LABELS))
+  if bad:
+    raise ValueError(f"Unknown context-mixing maps {bad}; choose from {tuple(MIXING_LABELS)}.")
+  base = tuple(dict.fromkeys(n[:-len(ROLLOUT)] if n.endswith(ROLLOUT) else n for n in names))
+  maps = api.context_mixing(model, data, base, batch_size=max(1, min(batch_size, len(data))),
+                            rollout=any(n.endswith(ROLLOUT) for n in names))
+  return {n: maps[n] for n in names}
+
+
 def example_indices(examples: Sequence[int], max_examples: int, available: int) -> list[int]:
   """`examples` first, then the following dev indices, up to `max_examples` in all.
 
@@ -136,8 +198,10 @@ def example_indices(examples: Sequence[int], max_examples: int, available: int) 
   return chosen
 
 
-def example_records(model, data_cfg, examples: Sequence[int], max_examples: int) -> list[dict]:
-  """Per example: word pieces, positions, and every head's dynamic and effective block.
+def example_records(model, data_cfg, examples: Sequence[int], max_examples: int,
+                    mixing: Sequence[str] = ()) -> list[dict]:
+  """Per example: word pieces, positions, every head's dynamic and effective block, and
+  every layer's block of the context-mixing maps `mixing` (`mixing_maps`).
 
   Runs `model` on the chosen dev examples (the workdir's layout and length) and
   keeps only the n x n block of each example's real tokens.
@@ -157,6 +221,7 @@ def example_records(model, data_cfg, examples: Sequence[int], max_examples: int)
     dyn.append(np.asarray(a, np.float32))
     eff.append(np.asarray(_effective(a, v, mask), np.float32))
   dyn, eff = np.stack(dyn, 1), np.stack(eff, 1)  # [B, layers, H, L, L]
+  mix = mixing_maps(model, sub, mixing)  # {name: [B, layers, L, L]}
   records = []
   for b, index in enumerate(chosen):
     pos = np.flatnonzero(sub.attention_mask[b])
@@ -175,6 +240,8 @@ def example_records(model, data_cfg, examples: Sequence[int], max_examples: int)
         text=tokenizer.decode(ids.tolist(), skip_special_tokens=True),
         label=pack.finite_or_none(label.tolist() if label.ndim == 0 else None),
         dynamic=pack.packed_matrices(d, signed=False),
-        effective=None if same else pack.packed_matrices(e, signed=True)))
+        effective=None if same else pack.packed_matrices(e, signed=True),
+        mixing={k: pack.packed_matrices(np.maximum(v[b][:, block[0], block[1]], 0.0),
+                                        signed=False) for k, v in mix.items()}))
   logging.info("explorer: %d dev examples (%s).", len(records), chosen)
   return records

@@ -28,7 +28,8 @@ QUANTIZATION = (
     "largest entry. The constant matrix masked to an example is renormalised from these codes: "
     "an entry r of a row whose kept mass is S, over n tokens, is within e(1 + n r)/(S - n e), "
     "e the matrix's bound. An example with no more real tokens than the head dimension has "
-    "effective = input-dependent attention (within 1e-5); it is stored once.")
+    "effective = input-dependent attention (within 1e-5); it is stored once. Context-mixing "
+    "maps (one matrix per example and layer, non-negative) are within max/510 too.")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,11 +42,15 @@ class ExplorerConfig:
       indices (for the search box); <= 0: exactly `examples`. Each costs about
       2 x layers x heads x n^2 bytes before compression (n real tokens).
     output: file name under the workdir.
+    mixing: per-layer context-mixing maps stored per example (`collect.MIXING_LABELS`,
+      by `papa_jax.context_mixing`); () = none. Value zeroing is the costly one.
   """
 
   examples: tuple[int, ...] = (0, 1, 2)
   max_examples: int = 8
   output: str = "explorer.html"
+  mixing: tuple[str, ...] = ("attention_rollout", "attnresln", "globenc", "alti", "alti_rollout",
+                             "value_zeroing")
 
   @classmethod
   def from_config(cls, explore: Any) -> ExplorerConfig:
@@ -55,6 +60,8 @@ class ExplorerConfig:
     kw = {k: v for k, v in d.items() if k in fields}
     if "examples" in kw:
       kw["examples"] = tuple(int(i) for i in kw["examples"])
+    if "mixing" in kw:
+      kw["mixing"] = config_schema.explore_mixing(d)
     return cls(**kw)
 
 
@@ -62,7 +69,7 @@ def run(config, workdir: str) -> str:
   """The launcher's entry point: `write_explorer` with `config.explore`."""
   c = ExplorerConfig.from_config(config.get("explore"))
   return write_explorer(workdir, examples=c.examples, max_examples=c.max_examples,
-                        path=os.path.join(workdir, c.output))
+                        path=os.path.join(workdir, c.output), mixing=c.mixing)
 
 
 def _static(name: str) -> str:
@@ -84,9 +91,22 @@ def _check_model(model: convert.Pretrained, means: means_lib.Means, warnings: li
                     "is from another model.")
 
 
+def _mixing_names(model: convert.Pretrained, mixing: Sequence[str],
+                  warnings: list[str]) -> tuple[str, ...]:
+  """The maps to compute: `mixing` checked, or none (with a warning) for a model not in
+  float32 (the measures decompose the layers exactly)."""
+  names = config_schema.explore_mixing(dict(mixing=tuple(mixing)))
+  if names and model.config.compute_dtype != "float32":
+    warnings.append(f"No context-mixing maps: they need a float32 model, this one computes "
+                    f"in {model.config.compute_dtype} (set model.dtype=float32).")
+    logging.warning("explorer: %s", warnings[-1])
+    return ()
+  return names
+
+
 def payload(workdir: str, *, examples: Sequence[int] = ExplorerConfig.examples,
-            max_examples: int = ExplorerConfig.max_examples,
-            model=None) -> dict[str, Any]:
+            max_examples: int = ExplorerConfig.max_examples, model=None,
+            mixing: Sequence[str] = ExplorerConfig.mixing) -> dict[str, Any]:
   """Everything the page shows, as a JSON-ready dict (matrices packed)."""
   wd = reader.read_workdir(workdir)
   cfg, means = wd.config, wd.means
@@ -98,7 +118,7 @@ def payload(workdir: str, *, examples: Sequence[int] = ExplorerConfig.examples,
   layout = bool(meta_first.get("papa_layout", cfg.get("data", {}).get("papa_layout", True)))
   fractions = [float(f) for f in cfg.get("papa", {}).get("fractions", schedule.PAPER_FRACTIONS)]
   warnings: list[str] = []
-  records = []
+  records, names = [], ()
   if examples or max_examples > 0:
     if model is None:  # The workdir's model, at the precision its run used.
       model = convert.load_pretrained(cfg["model"]["name"], compute_dtype=(
@@ -106,7 +126,8 @@ def payload(workdir: str, *, examples: Sequence[int] = ExplorerConfig.examples,
     _check_model(model, first, warnings)
     data_cfg = ml_collections.ConfigDict(cfg["data"])
     data_cfg.max_length = L
-    records = collect.example_records(model, data_cfg, examples, max_examples)
+    names = _mixing_names(model, mixing, warnings)
+    records = collect.example_records(model, data_cfg, examples, max_examples, names)
   ranking = collect.ranking_view(wd)
   if ranking is None:
     warnings.append("No head ranking (sort/sorted_heads.json): the schedule cannot be shown.")
@@ -115,6 +136,7 @@ def payload(workdir: str, *, examples: Sequence[int] = ExplorerConfig.examples,
       task=cfg.get("data", {}).get("task", meta_first.get("task", "?")),
       layers=layers, heads=heads, max_length=L, papa_layout=layout,
       fractions=fractions, counts=schedule.static_head_counts(layers * heads, fractions),
+      mixing_maps=[[n, collect.MIXING_LABELS[n]] for n in names],
       quantization=QUANTIZATION, warnings=warnings, workdir=os.path.abspath(workdir),
       created=datetime.datetime.now().isoformat(timespec="seconds"))
   means_out = {}
@@ -124,7 +146,8 @@ def payload(workdir: str, *, examples: Sequence[int] = ExplorerConfig.examples,
     means_out[variant] = rec
   return dict(meta=meta, means=means_out, ranking=ranking, orderings=collect.orderings_view(wd),
               results=collect.results_view(wd),
-              effective=collect.effective_view(wd), examples=records)
+              effective=collect.effective_view(wd), mixing=collect.mixing_view(wd),
+              examples=records)
 
 
 def render(data: dict[str, Any]) -> str:
@@ -145,16 +168,17 @@ def render(data: dict[str, Any]) -> str:
 
 def write_explorer(workdir: str, *, examples: Sequence[int] = ExplorerConfig.examples,
                    max_examples: int = ExplorerConfig.max_examples, path: str | None = None,
-                   model=None) -> str:
+                   model=None, mixing: Sequence[str] = ExplorerConfig.mixing) -> str:
   """Writes a self-contained `explorer.html` of a finished workdir.
 
   The page opens from the file system (no server, no network) and shows the
   constant matrices, the head ranking with the schedule, the PAPA curves, a
   few dev examples' attention of the selected head (input-dependent, constant
-  masked, effective) and the effective stage's per-head statistics when the
-  workdir has them. Matrices are 8-bit with a per-matrix scale: a decoded value
-  is within max/510 (non-negative matrices) or max|a|/254 (effective attention)
-  of the stored one, max being its matrix's largest magnitude.
+  masked, effective), their per-layer context-mixing maps (`mixing`), and the
+  effective and mixing stages' per-head statistics when the workdir has them.
+  Matrices are 8-bit with a per-matrix scale: a decoded value is within max/510
+  (non-negative matrices) or max|a|/254 (effective attention) of the stored
+  one, max being its matrix's largest magnitude.
 
   Args:
     workdir: a workdir with at least `config.json` and `means/means_raw.npz`.
@@ -165,12 +189,15 @@ def write_explorer(workdir: str, *, examples: Sequence[int] = ExplorerConfig.exa
     path: output file; default `workdir/explorer.html`.
     model: a `convert.Pretrained` to run on the examples instead of loading
       the workdir's `model.name`.
+    mixing: per-layer context-mixing maps of the examples (`ExplorerConfig.mixing`);
+      () = none; skipped with a warning unless the model computes in float32.
 
   Returns:
     The path written.
   """
   path = path or os.path.join(workdir, ExplorerConfig.output)
-  html = render(payload(workdir, examples=examples, max_examples=max_examples, model=model))
+  html = render(payload(workdir, examples=examples, max_examples=max_examples, model=model,
+                        mixing=mixing))
   tmp = f"{path}.tmp-{os.getpid()}"
   with open(tmp, "w", encoding="utf-8") as f:
     f.write(html)

@@ -8,7 +8,9 @@
   const $ = (id) => document.getElementById(id);
   const D = JSON.parse($("papa-data").textContent);
   const M = D.meta, L = M.max_length, LAYERS = M.layers, HEADS = M.heads, TOTAL = LAYERS * HEADS;
-  const S = { variant: Object.keys(D.means)[0], layer: 0, head: 0, k: 0, example: 0, gamma: 0.5 };
+  const MIX = new Map(M.mixing_maps || []);  // Context-mixing map name -> what it is.
+  const S = { variant: Object.keys(D.means)[0], layer: 0, head: 0, k: 0, example: 0, gamma: 0.5,
+              mix: MIX.size ? [...MIX.keys()][0] : null };
   const dec = { means: {}, examples: [] };  // Decoded matrix stacks.
   const rankOf = {};  // "l,h" -> 1-based position in the ranking.
   (D.ranking ? D.ranking.order : []).forEach(([l, h], i) => { rankOf[`${l},${h}`] = i + 1; });
@@ -31,6 +33,9 @@
   }
   // Effective attention is stored only where it differs from the dynamic one.
   const exMat = (e, kind, l, h) => { const m = dec.examples[e][kind] || dec.examples[e].dynamic; return m.values(m.index(l, h)); };
+  // A context-mixing map of one layer (all heads): [n, n] on the example's real tokens.
+  const mixMat = (e, name, l) => { const m = dec.examples[e].mixing[name]; return m.values(m.index(l)); };
+  const mixShort = (name) => MIX.get(name).split(":")[0];
   const staticSet = () => new Set((D.ranking ? D.ranking.order : []).slice(0, M.counts[S.k]).map((p) => `${p}`));
 
   // ---- constant-matrix grid and the large view ----
@@ -240,6 +245,22 @@
     }
     $("line-source").addEventListener("change", drawExample);
   }
+  // The per-layer context-mixing panel and its measure selector (explore.mixing).
+  function buildMixing() {
+    const mixSel = $("mix-method");
+    if (!MIX.size) {
+      for (const id of ["mix-label", "ex-mixing-fig"]) $(id).hidden = true;
+      $("line-source").querySelector('option[value="mixing"]').remove();
+      if (D.examples.length) {
+        $("mix-note").textContent = "No context-mixing maps stored (explore.mixing is empty, or " +
+          "the model does not compute in float32: see the warnings at the top).";
+      }
+      return;
+    }
+    for (const [name] of MIX) mixSel.append(el("option", { value: name, text: mixShort(name) }));
+    mixSel.value = S.mix;
+    mixSel.addEventListener("change", () => { S.mix = mixSel.value; drawExample(); });
+  }
   function tokenMatrix(canvas, vals, toks, signed, title) {
     const n = toks.length, cell = Math.max(3, Math.min(16, Math.floor(300 / n))), lab = cell >= 7 ? 74 : 8;
     const ctx = Draw.hiDpi(canvas, lab + n * cell + 4, lab + n * cell + 4);
@@ -305,6 +326,11 @@
       effective: [exMat(e, "effective", l, h), true, x.effective ? "effective (blue < 0)"
         : "effective (= input-dependent: no more tokens than the head dimension)"],
     };
+    if (S.mix) {
+      mats.mixing = [mixMat(e, S.mix, l), false, `${mixShort(S.mix)}, layer ${l} (all heads)`];
+      $("mix-note").textContent = `Context mixing of layer ${l}, row: token i, column: token j. ` +
+        `${MIX.get(S.mix)}.`;
+    }
     for (const [kind, [vals, signed, title]] of Object.entries(mats)) {
       const peak = tokenMatrix($(`ex-${kind}`), vals, x.tokens, signed, title);
       $(`ex-${kind}-title`).textContent = `${title} (max |a| ${fmt(peak, 3)})`;
@@ -315,25 +341,43 @@
     $("ex-title").textContent = `Dev example #${x.index}, layer ${l}, head ${h}: "${x.text}"`;
   }
 
-  // ---- effective-attention statistics ----
+  // ---- per-head statistics: the effective and mixing stages ----
   function buildStats() {
-    const st = D.effective, sec = $("sec-stats");
-    if (!st || !Object.keys(st.maps).length) { sec.append(el("p", { class: "note", text: "No effective/stats.json in this workdir: run the 'effective' stage for these maps." })); return; }
+    const st = D.effective, mx = D.mixing, sec = $("sec-stats");
+    const sources = {};  // Option value -> { text, maps, summary(map name) }.
+    if (st) {
+      const s = st.summary;
+      for (const k of Object.keys(st.maps)) {
+        sources[k] = { text: `${k} (${st.counts[k]} examples)`, maps: st.maps[k], summary: () =>
+          `${s.examples} ${s.split} examples, ${s.long_examples} longer than the head dimension ` +
+          `${s.head_dim} (only there can effective attention differ from raw attention).` };
+      }
+    }
+    if (!st || !Object.keys(st.maps).length) sec.append(el("p", { class: "note", text: "No effective/stats.json in this workdir: run the 'effective' stage for these maps." }));
+    if (mx && Object.keys(mx.maps).length) {
+      sources.mixing = { text: `context mixing (${mx.count} ${mx.split} examples)`, maps: mx.maps, summary: (name) => {
+        const rows = Object.entries(mx.agreement[name] || {}).map(([o, r]) =>
+          `${o} ${fmt(r.rho, 2)} (p within layers ${fmt(r.p_within_layers, 3)})`);
+        return `Mixing stage: means over the real tokens of ${mx.count} ${mx.split} examples.` +
+          (rows.length ? ` Spearman ρ over heads with ${rows.join(", ")}.` : "");
+      } };
+    } else {
+      sec.append(el("p", { class: "note", text: "No mixing/stats.json in this workdir: run the 'mixing' stage for per-head context-mixing maps." }));
+    }
+    if (!Object.keys(sources).length) return;
     const subsetSel = $("stat-subset"), mapSel = $("stat-map");
-    for (const s of Object.keys(st.maps)) subsetSel.append(el("option", { value: s, text: `${s} (${st.counts[s]} examples)` }));
+    for (const [k, src] of Object.entries(sources)) subsetSel.append(el("option", { value: k, text: src.text }));
     const draw = () => {
-      const maps = st.maps[subsetSel.value];
+      const src = sources[subsetSel.value], maps = src.maps;
       if (!maps[mapSel.value]) { mapSel.replaceChildren(...Object.keys(maps).map((k) => el("option", { value: k, text: k }))); }
       const { lo, hi } = Draw.headMap($("stat-map-grid"), maps[mapSel.value], {
         cls: "stat-cell", map: "vir", onclick: select,
         label: (l, h, v) => `layer ${l}, head ${h}: ${mapSel.value} = ${fmt(v, 4)}`,
       });
       Draw.colorbar($("stat-bar"), "vir", lo, hi, (v) => fmt(v, 3));
+      $("stat-summary").textContent = src.summary(mapSel.value);
     };
     subsetSel.addEventListener("change", draw); mapSel.addEventListener("change", draw); draw();
-    const s = st.summary;
-    $("stat-summary").textContent = `${s.examples} ${s.split} examples, ${s.long_examples} longer than the head ` +
-      `dimension ${s.head_dim} (only there can effective attention differ from raw attention).`;
   }
 
   // ---- start-up ----
@@ -353,10 +397,11 @@
     const jobs = Object.entries(D.means).map(async ([v, rec]) => { dec.means[v] = await Draw.matrices(rec); });
     D.examples.forEach((x, e) => jobs.push((async () => {
       dec.examples[e] = { dynamic: await Draw.matrices(x.dynamic),
-                          effective: x.effective ? await Draw.matrices(x.effective) : null };
+                          effective: x.effective ? await Draw.matrices(x.effective) : null, mixing: {} };
+      for (const [name, rec] of Object.entries(x.mixing || {})) dec.examples[e].mixing[name] = await Draw.matrices(rec);
     })()));
     await Promise.all(jobs);
-    buildGrid(); buildRanking(); buildOrderings(); buildExamples(); buildStats();
+    buildGrid(); buildRanking(); buildOrderings(); buildExamples(); buildMixing(); buildStats();
     setK(S.k); select(0, 0);
     await paintGrid();
     window.papaExplorer.loadMs = performance.now();
@@ -368,6 +413,7 @@
     maskedConstant: (v, e, l, h) => Array.from(maskedConstant(v, e, l, h)),
     dynamic: (e, l, h) => Array.from(exMat(e, "dynamic", l, h)),
     effective: (e, l, h) => Array.from(exMat(e, "effective", l, h)),
+    mixing: (e, name, l) => Array.from(mixMat(e, name, l)),
     staticHeads: () => [...staticSet()], select, setK,
   };
   window.papaExplorer.ready = main().catch((err) => {
