@@ -134,8 +134,28 @@ def normalize_rows(c: Array, mask: Array) -> Array:
   return jnp.where(total > 0, c / jnp.where(total > 0, total, 1.0), 0.0)
 
 
-def _chunks(n: int, size: int) -> list[tuple[int, int]]:
-  return [(s, min(s + size, n)) for s in range(0, n, size)]
+def _chunked(fn, n: int, chunk: int, axis: int) -> Array:
+  """`fn(start)` for starts 0, c, 2c, ... (c = min(chunk, n)) run one after the other by
+  `lax.map` (so only one chunk's intermediates are alive), concatenated along `axis` and
+  cut to n. `fn` reads its slices with `_window` from arrays padded by `_pad`."""
+  c = max(1, min(chunk, n))
+  parts = jax.lax.map(fn, jnp.arange(0, -(-n // c) * c, c))  # [k, ..., c, ...]
+  parts = jnp.moveaxis(parts, 0, axis)  # [..., k, c, ...]
+  shape = parts.shape[:axis] + (parts.shape[axis] * parts.shape[axis + 1],) + parts.shape[
+      axis + 2:]
+  return jax.lax.slice_in_dim(parts.reshape(shape), 0, n, axis=axis)
+
+
+def _pad(x: Array, n: int, chunk: int, axis: int, value: float = 0.0) -> Array:
+  """`x` padded along `axis` from n to a multiple of min(chunk, n)."""
+  c = max(1, min(chunk, n))
+  widths = [(0, 0)] * x.ndim
+  widths[axis] = (0, -(-n // c) * c - n)
+  return jnp.pad(x, widths, constant_values=value)
+
+
+def _window(x: Array, start, n: int, chunk: int, axis: int) -> Array:
+  return jax.lax.dynamic_slice_in_dim(x, start, max(1, min(chunk, n)), axis=axis)
 
 
 def alti(t: LayerTerms, *, chunk: int = 16, reference_quirks: bool = False) -> Array:
@@ -155,17 +175,21 @@ def alti(t: LayerTerms, *, chunk: int = 16, reference_quirks: bool = False) -> A
   kx = k(t.x) / s1[..., None]
   kf = k(t.f)  # K is linear: K z_ij = sum_h alpha^h_ij K f^h_j.
   n = t.alpha.shape[-1]
-  rows = []
-  for lo, hi in _chunks(n, chunk):
-    tz = jnp.einsum("bhij,bhjd->bijd", t.alpha[:, :, lo:hi], kf,
-                    precision=HIGHEST) / s1[:, lo:hi, None, None]  # [B, c, N, D]
-    eye = jax.nn.one_hot(jnp.arange(lo, hi), n)[None, :, :, None]
-    tz = tz + eye * kx[:, lo:hi, None, :]
-    y = jnp.sum(tz * t.mask[:, None, :, None], 2) + bias[:, lo:hi]  # [B, c, D]
-    shift = 1e-6 if reference_quirks else 0.0
+  shift = 1e-6 if reference_quirks else 0.0
+  alpha_p, s1_p = _pad(t.alpha, n, chunk, 2), _pad(s1, n, chunk, 1, 1.0)
+  kx_p, bias_p = _pad(kx, n, chunk, 1), _pad(bias, n, chunk, 1)
+
+  def rows(start):  # Query rows start .. start + c.
+    win = lambda x, axis: _window(x, start, n, chunk, axis)
+    tz = jnp.einsum("bhij,bhjd->bijd", win(alpha_p, 2), kf,
+                    precision=HIGHEST) / win(s1_p, 1)[:, :, None, None]  # [B, c, N, D]
+    eye = jax.nn.one_hot(start + jnp.arange(tz.shape[1]), n)[None, :, :, None]
+    tz = tz + eye * win(kx_p, 1)[:, :, None, :]
+    y = jnp.sum(tz * t.mask[:, None, :, None], 2) + win(bias_p, 1)  # [B, c, D]
     d = jnp.sum(jnp.abs(tz - y[:, :, None, :] + shift), -1)
-    rows.append(jnp.maximum(jnp.sum(jnp.abs(y), -1)[..., None] - d, 0.0))
-  return normalize_rows(jnp.concatenate(rows, 1), t.mask)
+    return jnp.maximum(jnp.sum(jnp.abs(y), -1)[..., None] - d, 0.0)  # [B, c, N]
+
+  return normalize_rows(_chunked(rows, n, chunk, axis=1), t.mask)
 
 
 def layer_tail(config: EncoderConfig, params, u: Array) -> Array:
@@ -199,12 +223,14 @@ def value_zeroing(t: LayerTerms, config: EncoderConfig, *, chunk: int = 8,
   tail = functools.partial(layer_tail, config, t.params) if t.ln else (lambda w: w)
   clean = tail(t.u)  # [B, N, D]
   n = t.alpha.shape[-1]
-  cols = []
-  for lo, hi in _chunks(n, chunk):
-    z = jnp.einsum("bhij,bhjd->bijd", t.alpha[..., lo:hi], t.f[:, :, lo:hi],
-                   precision=HIGHEST)  # [B, N, c, D]: z_ij for the zeroed tokens j.
-    cols.append(cosine_distance(tail(t.u[:, :, None, :] - z), clean[:, :, None, :]))
-  raw = jnp.concatenate(cols, -1) * t.mask[:, :, None] * t.mask[:, None, :]
+  alpha_p, f_p = _pad(t.alpha, n, chunk, 3), _pad(t.f, n, chunk, 2)
+
+  def cols(start):  # Zeroed tokens start .. start + c.
+    z = jnp.einsum("bhij,bhjd->bijd", _window(alpha_p, start, n, chunk, 3),
+                   _window(f_p, start, n, chunk, 2), precision=HIGHEST)  # [B, N, c, D]: z_ij.
+    return cosine_distance(tail(t.u[:, :, None, :] - z), clean[:, :, None, :])  # [B, N, c]
+
+  raw = _chunked(cols, n, chunk, axis=2) * t.mask[:, :, None] * t.mask[:, None, :]
   return normalize_rows(raw, t.mask) if normalize else raw
 
 
