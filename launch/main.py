@@ -5,7 +5,7 @@
 
 STAGE (default all) is a stage, run after the stages it needs (each skips
 the work it finished before): means, sort, orderings, probe (all: the four),
-effective, finetune, linguistic, ablation (papa_jax/registry.py); or a
+effective, finetune, linguistic, ablation, mixing (papa_jax/registry.py); or a
 command: suite (a grid of runs and its report), report, explore.
 Exits with status 75 when preempted (SIGTERM) after saving a checkpoint:
 rerun the same command to resume.

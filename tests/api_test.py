@@ -20,6 +20,15 @@ def test_api_readme_snippet_runs_as_written(minilm, capsys):
   assert capsys.readouterr().out.strip() == "(6, 12, 32, 32) (4, 32, 384) (4, 12, 32, 32)"
 
 
+def test_api_readme_context_mixing_snippet_runs_as_written(minilm, capsys):
+  del minilm
+  readme = open(os.path.join(ROOT, "README.md")).read()
+  section = readme[readme.index("## Context mixing beyond attention"):]
+  code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+  exec(compile(code, "README.md", "exec"), {})  # pylint: disable=exec-used
+  assert capsys.readouterr().out.strip() == "(2, 6, 16, 16) (2, 6, 16, 16)"
+
+
 def test_api_attention_means_equals_the_means_pass(minilm):
   data = pj.encode_texts(minilm, ["one sentence .", "and another , longer sentence ."],
                          max_length=16)

@@ -107,3 +107,20 @@ def rho_grid(rho: np.ndarray, rows: list[str], cols: list[str], path: str, title
             fontsize=7)
   fig.colorbar(im, ax=ax, fraction=0.046)
   _save(fig, path, title)
+
+
+def layer_lines(panels: list[tuple[str, dict[str, list[float]]]], path: str, title: str) -> None:
+  """One panel per group of per-layer series (e.g. each method's self-contribution)."""
+  plt = pyplot()
+  fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.4), dpi=120,
+                           squeeze=False)
+  for ax, (name, series) in zip(axes[0], panels):
+    for label, values in series.items():
+      ax.plot(range(len(values)), values, marker="o", ms=3, label=label)
+    ax.set_title(name, fontsize=8)
+    ax.set_xlabel("layer", fontsize=7)
+    ax.set_ylim(0, 1)
+    ax.tick_params(labelsize=6)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=6)
+  _save(fig, path, title)

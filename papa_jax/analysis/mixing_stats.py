@@ -145,7 +145,15 @@ class Mixing(per_head.PerHeadAnalysis):
     figures.head_maps([("norm mass (K20)", st["norm_mass"]), ("share of the attention output",
                                                               st["head_share"]),
                        ("attention to self", st["attention_self"])],
-                      setup.layout.figure(self.name, "heads.png"), title, cmap="viridis")
+                      setup.layout.figure(self.name, "heads.png"), title, cmap="viridis",
+                      shared_scale=False)  # Different units per panel.
+    lay = summary["layers"]
+    pick = lambda prefix: {k[len(prefix):]: v for k, v in lay.items() if k.startswith(prefix)}
+    figures.layer_lines([("self-contribution c_ii (rows normalised)", pick("self_")),
+                         ("rollout: self after the layer", pick("rollout_self_")),
+                         ("mixing ratio (Kobayashi et al. 2021)", pick("mixing_ratio_"))],
+                        setup.layout.figure(self.name, "layers.png"),
+                        per_head.label(setup, "context mixing per layer", int(st["count"])))
     rows = summary["vs_head_orders"]
     if rows:
       measures = list(dict.fromkeys(k.split("/", 1)[0] for k in rows))
