@@ -361,3 +361,55 @@ def test_context_mixing_flow_route_and_guards(minilm, minilm_tokenizer, monkeypa
                                                                compute_dtype="bfloat16"))
   with pytest.raises(ValueError, match="float32"):
     pj.context_mixing(low, data, methods=("alti",))
+
+
+def test_mixing_invariances_under_reparametrisation():
+  """§10 T5 on the tiny BERT: permuting heads consistently (Q, K, V, W_O blocks) permutes the
+  per-head norms and leaves every head-summed measure unchanged; adding c to every entry of
+  b_O changes nothing (LayerNorm centring removes it, and b_O is in no summand); scaling one
+  head's W_O block by t scales its per-head norms by t."""
+  import dataclasses
+  model = convert.load_pretrained(str(require_shared("fixtures", "tiny-random", "bert",
+                                                     "BertModel")))
+  ids = np.random.default_rng(4).integers(5, model.config.vocab_size, (2, 9)).astype(np.int32)
+  mask = np.array([[1] * 9, [1] * 7 + [0] * 2], np.int32)
+  data = _encoded(ids, mask)
+  methods = ("head_norms", "attnres", "attnresln", "globenc", "alti", "value_zeroing")
+
+  def maps(params):
+    return pj.context_mixing(dataclasses.replace(model, params=params), data, methods=methods,
+                             rollout=False)
+
+  def edit(fn, layers):
+    p = jax.tree.map(np.array, model.params)
+    for l in layers:
+      fn(p[f"layer_{l}"]["attention"])
+    return p
+
+  base = maps(model.params)
+  perm = np.array([2, 0, 3, 1])
+
+  def permute(a):
+    for k in ("query", "key", "value"):
+      a[k]["kernel"], a[k]["bias"] = a[k]["kernel"][:, perm], a[k]["bias"][perm]
+    a["out_kernel"] = a["out_kernel"][perm]
+
+  def shift(a):
+    a["out_bias"] = a["out_bias"] + 0.7
+
+  def scale(a):
+    a["out_kernel"][1] *= 3.0
+
+  every = range(model.config.num_layers)
+  for name, fn in (("permute", permute), ("shift", shift), ("scale", scale)):
+    # Scaling changes the layer's output, so later layers see other inputs: layer 0 only.
+    got = maps(edit(fn, [0] if name == "scale" else every))
+    if name == "scale":
+      got, base0 = got["head_norms"][:, :1], base["head_norms"][:, :1]
+      np.testing.assert_allclose(got, base0 * np.array([1, 3, 1, 1])[None, None, :, None, None],
+                                 rtol=1e-5, atol=1e-6, err_msg=name)
+      continue
+    for k in methods[1:]:
+      np.testing.assert_allclose(got[k], base[k], atol=2e-5, err_msg=f"{name} {k}")
+    want = base["head_norms"][:, :, perm] if name == "permute" else base["head_norms"]
+    np.testing.assert_allclose(got["head_norms"], want, rtol=1e-5, atol=1e-6, err_msg=name)
