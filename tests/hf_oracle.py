@@ -46,11 +46,14 @@ def spec(name: str):
                               relative_attention=True, position_buckets=-1,
                               max_relative_positions=32, pos_att_type="c2p|p2c",
                               share_att_key=False, position_biased_input=True), tr.DebertaV2Model
+  if name == "mpnet":  # Like all-mpnet-base-v2: positions from pad 1, 32 relative buckets.
+    return tr.MPNetConfig(**{**COMMON, "max_position_embeddings": 130}, pad_token_id=1,
+                          relative_attention_num_buckets=32, layer_norm_eps=1e-5), tr.MPNetModel
   raise KeyError(name)
 
 
 ARCHS = ("bert", "roberta", "electra", "distilbert", "deberta", "deberta-abs",
-         "deberta-v3", "deberta-v2")
+         "deberta-v3", "deberta-v2", "mpnet")
 
 
 def save_random(name: str, path, safe: bool = True, seed: int = 0) -> None:
@@ -59,10 +62,23 @@ def save_random(name: str, path, safe: bool = True, seed: int = 0) -> None:
   config._attn_implementation = "eager"
   torch.manual_seed(seed)
   model = cls(config).eval()
+  if name == "mpnet":  # HF's init (std 0.02) leaves the relative bias nearly invisible.
+    with torch.no_grad():
+      model.encoder.relative_attention_bias.weight.normal_(0.0, 1.0)
   model.save_pretrained(str(path))
   if not safe:  # transformers 5 only writes safetensors; write the legacy pickle.
     (path / "model.safetensors").unlink()
     torch.save(model.state_dict(), path / "pytorch_model.bin")
+
+
+def converted_random(name: str, path):
+  """`save_random(name, path)` converted to this project's model (skips without torch);
+  for families without a shared fixture."""
+  import pytest
+  pytest.importorskip("torch")
+  import papa_jax as pj
+  save_random(name, path)
+  return pj.load_pretrained(str(path))
 
 
 def load_hf(path, dtype="float32"):

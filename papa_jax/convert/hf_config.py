@@ -22,7 +22,12 @@ MODEL_TYPES = {
     "distilbert": "distilbert",
     "deberta": "deberta",
     "deberta-v2": "deberta-v2",
+    "mpnet": "mpnet",
 }
+# What Hugging Face's MPNetModel hard-codes, whatever its config says.
+MPNET_PADDING_IDX = 1
+MPNET_BUCKETS = 32
+MPNET_MAX_DISTANCE = 128
 
 
 def read_config_json(model_dir: str) -> dict[str, Any]:
@@ -98,6 +103,8 @@ def encoder_config_from_hf(cfg: dict[str, Any], name: str = "") -> EncoderConfig
       family=family,
       name=name,
   )
+  if family == "mpnet":
+    return _mpnet_config(cfg, common)
   if family in ("bert", "roberta", "electra"):
     _unsupported(cfg, "position_embedding_type", "absolute", "position embedding type")
     if family == "roberta":  # PAPA's recipe: no probe dropout for RoBERTa.
@@ -146,3 +153,28 @@ def encoder_config_from_hf(cfg: dict[str, Any], name: str = "") -> EncoderConfig
       scale_query_first=v1,
       add_prefix_space=v1,  # v1 uses GPT-2's byte-level BPE.
   )
+
+
+def _mpnet_config(cfg: dict[str, Any], common: dict[str, Any]) -> EncoderConfig:
+  """MPNet: BERT layers without segments, RoBERTa positions, a shared relative bias.
+
+  HF's MPNetModel counts positions from padding_idx 1 and buckets offsets into
+  32 buckets whatever the config says; a config saying otherwise describes a
+  model that HF itself computes inconsistently, so it is refused.
+  """
+  pad = cfg.get("pad_token_id")
+  pad = MPNET_PADDING_IDX if pad is None else pad
+  if pad != MPNET_PADDING_IDX:
+    raise ValueError(
+        f"Unsupported MPNet pad_token_id={pad!r}: Hugging Face's MPNetModel counts "
+        f"positions from padding_idx {MPNET_PADDING_IDX} whatever the config says, so "
+        "pads of another id would get positions.")
+  buckets = cfg.get("relative_attention_num_buckets", MPNET_BUCKETS)
+  if buckets != MPNET_BUCKETS:
+    raise ValueError(
+        f"Unsupported MPNet relative_attention_num_buckets={buckets!r}: Hugging Face's "
+        f"MPNetModel always buckets offsets into {MPNET_BUCKETS} (its table would not "
+        "match its buckets).")
+  return EncoderConfig(**{**common, "type_vocab_size": 0, "pad_token_id": pad},
+                       position_ids="from_padding", relative_bias_buckets=buckets,
+                       relative_bias_max_distance=MPNET_MAX_DISTANCE)

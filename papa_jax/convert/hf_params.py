@@ -22,6 +22,7 @@ Rule = tuple[tuple[str, ...], str, Callable[[np.ndarray], np.ndarray]]
 BASE_PREFIX = {
     "bert": "bert.", "roberta": "roberta.", "electra": "electra.",
     "distilbert": "distilbert.", "deberta": "deberta.", "deberta-v2": "deberta.",
+    "mpnet": "mpnet.",
 }
 # Tensors of task heads and non-persistent buffers: known, deliberately unused.
 IGNORED = tuple(re.compile(p) for p in (
@@ -101,6 +102,8 @@ def family_rules(c: EncoderConfig) -> list[Rule]:
     rules.append((("rel_embeddings",), "encoder.rel_embeddings.weight", _same))
     if c.norm_rel_ebd:
       rules += _ln(("rel_norm",), "encoder.LayerNorm")
+  if c.relative_bias_buckets:  # nn.Embedding(buckets, heads): already [buckets, H].
+    rules.append((("relative_bias",), "encoder.relative_attention_bias.weight", _same))
 
   for i in range(c.num_layers):
     p = (f"layer_{i}",)
@@ -118,6 +121,7 @@ def family_rules(c: EncoderConfig) -> list[Rule]:
       continue
     k = f"encoder.layer.{i}."
     s = k + "attention.self."
+    out, norm = k + "attention.output.dense", k + "attention.output.LayerNorm"
     if c.family == "deberta":
       rules += [_in_proj(a + (n,), s + "in_proj", h, d, j)
                 for j, n in enumerate(("query", "key", "value"))]
@@ -136,12 +140,17 @@ def family_rules(c: EncoderConfig) -> list[Rule]:
           rules += _heads(a + ("pos_key",), s + "pos_key_proj", h, d)
         if "p2c" in c.pos_att_type:
           rules += _heads(a + ("pos_query",), s + "pos_query_proj", h, d)
+    elif c.family == "mpnet":
+      s = k + "attention.attn."
+      for name in ("query", "key", "value"):
+        rules += _heads(a + (name,), s + name[0], h, d)
+      out, norm = s + "o", k + "attention.LayerNorm"
     else:
       rules += _heads(a + ("query",), s + "query", h, d)
       rules += _heads(a + ("key",), s + "key", h, d)
       rules += _heads(a + ("value",), s + "value", h, d)
-    rules += _out(a, k + "attention.output.dense", h, d)
-    rules += _ln(p + ("attention_norm",), k + "attention.output.LayerNorm")
+    rules += _out(a, out, h, d)
+    rules += _ln(p + ("attention_norm",), norm)
     rules += _linear(p + ("intermediate",), k + "intermediate.dense")
     rules += _linear(p + ("output",), k + "output.dense")
     rules += _ln(p + ("output_norm",), k + "output.LayerNorm")

@@ -41,6 +41,13 @@ class EncoderConfig:
       position_buckets or max_relative_positions, the first 2 span rows).
     scale_query_first: divide the query (and position query) by the scale
       before the products, instead of each score term after.
+    relative_bias_buckets: > 0 adds a learned per-head bias of the offset
+      i - j (query i, key j) to every layer's dot-product scores, before the
+      padding mask: one `[buckets, heads]` table shared by all layers, rows
+      picked by T5-style bidirectional buckets (`models/relative_bias.py`);
+      0: none.
+    relative_bias_max_distance: the log-spaced buckets span offsets up to it;
+      longer ones share the last bucket of their sign.
     probe_dropout: the PAPA recipe's probe dropout for this checkpoint.
     add_prefix_space: its byte-level BPE tokenizer needs a prefix space for
       pre-split words.
@@ -77,6 +84,8 @@ class EncoderConfig:
   share_att_key: bool = False
   norm_rel_ebd: bool = False
   scale_query_first: bool = False
+  relative_bias_buckets: int = 0
+  relative_bias_max_distance: int = 128
   probe_dropout: float = 0.1
   add_prefix_space: bool = False
   compute_dtype: str = "float32"  # Matmul dtype ("bfloat16": mixed precision).
@@ -105,6 +114,15 @@ class EncoderConfig:
       raise ValueError("relative_attention needs attention='disentangled'.")
     if self.relative_attention and self.max_relative_positions < 1:
       raise ValueError("relative_attention needs a resolved max_relative_positions >= 1.")
+    if self.relative_bias_buckets:
+      if self.attention != "dot":
+        raise ValueError("relative_bias_buckets needs attention='dot'.")
+      if self.relative_bias_buckets < 4 or self.relative_bias_buckets % 2:
+        raise ValueError(f"relative_bias_buckets={self.relative_bias_buckets}: an even "
+                         "number >= 4 is needed (half per sign, half of those exact).")
+      if self.relative_bias_max_distance <= self.relative_bias_buckets // 4:
+        raise ValueError(f"relative_bias_max_distance={self.relative_bias_max_distance} "
+                         f"must exceed the exact offsets ({self.relative_bias_buckets // 4}).")
 
   @property
   def dim_per_head(self) -> int:
@@ -147,8 +165,15 @@ class EncoderConfig:
     return cls(**d)
 
   def architecture_dict(self) -> dict[str, Any]:
-    """Fields that decide parameter shapes and numerics (not provenance or recipe)."""
+    """Fields that decide parameter shapes and numerics (not provenance or recipe).
+
+    Fields added later are left out while at their default, so fingerprints
+    recorded before they existed stay valid.
+    """
     d = self.to_dict()
     for key in ("name", "family", "hidden_dropout", "attention_dropout", "probe_dropout"):
       d.pop(key)
+    if not self.relative_bias_buckets:
+      for key in ("relative_bias_buckets", "relative_bias_max_distance"):
+        d.pop(key)
     return d

@@ -1,10 +1,11 @@
-"""Flax encoders for the BERT, RoBERTa, ELECTRA, DistilBERT and DeBERTa families.
+"""Flax encoders for the BERT, RoBERTa, ELECTRA, DistilBERT, DeBERTa and MPNet families.
 
 One post-LayerNorm transformer stack serves every family; the families differ
-in their embeddings and in how attention scores are formed (dot product, or
-DeBERTa's disentangled content/position terms), each a named flag of
-`EncoderConfig`. What an `AttentionOverride` does is `attention.attend`'s;
-what a layer returns besides its output is `capture.Capture`'s.
+in their embeddings and in how attention scores are formed (dot product, with
+or without a shared relative-position bias, or DeBERTa's disentangled
+content/position terms), each a named flag of `EncoderConfig`. What an
+`AttentionOverride` does is `attention.attend`'s; what a layer returns besides
+its output is `capture.Capture`'s.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from papa_jax import attention as attn
-from papa_jax.models import deberta
+from papa_jax.models import deberta, relative_bias
 from papa_jax.models.capture import Capture, EncoderOutput, LayerIntermediates  # Re-exported.
 from papa_jax.models.config import EncoderConfig
 
@@ -131,9 +132,11 @@ class SelfAttention(nn.Module):
     return y[:, :, :h], y[:, :, h:2 * h], y[:, :, 2 * h:]
 
   def _dynamic_probs(self, x: Array, mask: Array, rel_embeddings: Array | None,
-                     qk: tuple[Array, Array] | None, heads: tuple[int, ...]) -> Array:
+                     bias: Array | None, qk: tuple[Array, Array] | None,
+                     heads: tuple[int, ...]) -> Array:
     """Softmax attention `[B, len(heads), L, L]` computed for `heads` only.
 
+    `bias`: every head's relative-position bias `[H, L, L]`, or None.
     `qk`: every head's queries and keys when already computed (`_qkv`).
     """
     c = self.config
@@ -142,8 +145,10 @@ class SelfAttention(nn.Module):
     else:
       q, k = self.query(x, heads), self.key(x, heads)
     if c.attention == "dot":
-      scores = jnp.einsum("bqhd,bkhd->bhqk", q, k) * (c.dim_per_head**-0.5)
-      return attn.softmax_with_key_mask(_widen(scores), mask)
+      scores = _widen(jnp.einsum("bqhd,bkhd->bhqk", q, k) * (c.dim_per_head**-0.5))
+      if bias is not None:
+        scores = scores + _head_rows(bias, heads)
+      return attn.softmax_with_key_mask(scores, mask)
     pos_q = pos_k = None
     if c.relative_attention:
       if c.share_att_key:
@@ -157,10 +162,14 @@ class SelfAttention(nn.Module):
     scores = deberta.disentangled_scores(c, q, k, pos_q, pos_k)
     return attn.softmax_with_pair_mask(_widen(scores), mask)
 
-  def _fused_context(self, x: Array, mask: Array, heads: tuple[int, ...], v: Array) -> Array:
+  def _fused_context(self, x: Array, mask: Array, bias: Array | None, heads: tuple[int, ...],
+                     v: Array) -> Array:
     """Dot-product attention of `heads` without materialised probabilities."""
     q, k = self.query(x, heads), self.key(x, heads)
-    return jax.nn.dot_product_attention(q, k, v.astype(q.dtype), mask=mask[:, None, None, :],
+    if bias is not None:
+      bias = _head_rows(bias, heads)[None].astype(q.dtype)
+    return jax.nn.dot_product_attention(q, k, v.astype(q.dtype), bias=bias,
+                                        mask=mask[:, None, None, :],
                                         scale=self.config.dim_per_head**-0.5)
 
   def __call__(
@@ -169,6 +178,7 @@ class SelfAttention(nn.Module):
       mask: Array,
       override: attn.LayerOverride | None,
       rel_embeddings: Array | None,
+      bias: Array | None,
       *,
       deterministic: bool,
       capture: Capture,
@@ -185,10 +195,11 @@ class SelfAttention(nn.Module):
     dropout = None
     if not (deterministic or c.attention_dropout == 0.0):
       dropout = functools.partial(self.attn_dropout, deterministic=False)
-    fused = functools.partial(self._fused_context, x, mask) if c.attention == "dot" else None
+    fused = (functools.partial(self._fused_context, x, mask, bias) if c.attention == "dot"
+             else None)
     context, probs, v = attn.attend(
-        override, functools.partial(self._dynamic_probs, x, mask, rel_embeddings, qk), v, mask,
-        capture=capture.probs, dropout=dropout, fused_context=fused)
+        override, functools.partial(self._dynamic_probs, x, mask, rel_embeddings, bias, qk), v,
+        mask, capture=capture.probs, dropout=dropout, fused_context=fused)
     dt = compute_dtype(c)
     out = jnp.einsum("bqhd,hde->bqe", _cast(context, dt), _cast(self.out_kernel, dt))
     out = _widen(out + _cast(self.out_bias, dt))
@@ -201,6 +212,13 @@ class SelfAttention(nn.Module):
                                                _cast(self.out_kernel, dt)))
     kept["attention_output"] = out
     return out, {k: v for k, v in kept.items() if getattr(capture, k)}
+
+
+def _head_rows(x: Array, heads: tuple[int, ...]) -> Array:
+  """`x[heads]` (x itself when `heads` are all of its rows, in order)."""
+  if heads == tuple(range(x.shape[0])):
+    return x
+  return x[np.asarray(heads, dtype=np.int32)]
 
 
 def _norm_scale(x: Array, eps: float) -> Array:
@@ -216,11 +234,12 @@ class TransformerLayer(nn.Module):
   layer_index: int
 
   @nn.compact
-  def __call__(self, x, mask, override, rel_embeddings, *, deterministic, capture: Capture):
+  def __call__(self, x, mask, override, rel_embeddings, bias, *, deterministic,
+               capture: Capture):
     c = self.config
     drop = nn.Dropout(c.hidden_dropout)
     a, kept = SelfAttention(c, self.layer_index, name="attention")(
-        x, mask, override, rel_embeddings,
+        x, mask, override, rel_embeddings, bias,
         deterministic=deterministic, capture=capture,
     )
     dt = compute_dtype(c)
@@ -345,11 +364,15 @@ class Encoder(nn.Module):
       if c.norm_rel_ebd:
         rel = layer_norm(c, "rel_norm")(rel)
       rel = deberta.sliced_rel_embeddings(c, rel, seq_len)
+    bias = None
+    if c.relative_bias_buckets:  # Looked up once, shared by every layer.
+      table = self.param("relative_bias", _init, (c.relative_bias_buckets, c.num_heads))
+      bias = relative_bias.relative_bias(c, table, seq_len)
     hidden, layers = [h], []
     for i in range(start_layer, c.num_layers):
       lo = override.for_layer(i) if override is not None else None
       h, kept = TransformerLayer(c, i, name=f"layer_{i}")(
-          h, mask, lo, rel, deterministic=deterministic, capture=capture
+          h, mask, lo, rel, bias, deterministic=deterministic, capture=capture
       )
       hidden.append(h)
       layers.append(kept)

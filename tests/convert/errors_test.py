@@ -53,6 +53,37 @@ def test_invalid_unsupported_architecture_option():
     hf_config.encoder_config_from_hf(cfg)
 
 
+@pytest.mark.parametrize("field,value,match", [
+    ("relative_attention_num_buckets", 64, "relative_attention_num_buckets=64"),
+    ("pad_token_id", 0, "MPNet pad_token_id=0"),
+    ("hidden_act", "quick_gelu", "hidden_act='quick_gelu'"),
+    ("is_decoder", True, "is_decoder=True"),
+])
+def test_invalid_unsupported_mpnet_variants(field, value, match):
+  cfg = dict(model_type="mpnet", vocab_size=10, hidden_size=8, num_hidden_layers=1,
+             num_attention_heads=2, intermediate_size=8, max_position_embeddings=12,
+             relative_attention_num_buckets=32, pad_token_id=1)
+  c = hf_config.encoder_config_from_hf(cfg)
+  assert (c.relative_bias_buckets, c.pad_token_id, c.type_vocab_size) == (32, 1, 0)
+  with pytest.raises(ValueError, match=match):
+    hf_config.encoder_config_from_hf({**cfg, field: value})
+
+
+def test_invalid_relative_bias_flags():
+  base = dict(vocab_size=10, hidden_size=8, num_layers=1, num_heads=2, intermediate_size=8,
+              max_position_embeddings=12)
+  with pytest.raises(ValueError, match="relative_bias_buckets=3: an even number >= 4"):
+    pj.EncoderConfig(**base, relative_bias_buckets=3)
+  with pytest.raises(ValueError, match="relative_bias_max_distance=8 must exceed"):
+    pj.EncoderConfig(**base, relative_bias_buckets=32, relative_bias_max_distance=8)
+  with pytest.raises(ValueError, match="needs attention='dot'"):
+    pj.EncoderConfig(**base, relative_bias_buckets=32, attention="disentangled")
+  # Fingerprints recorded before the flags existed stay valid: absent while off.
+  assert "relative_bias_buckets" not in pj.EncoderConfig(**base).architecture_dict()
+  assert pj.EncoderConfig(**base, relative_bias_buckets=32).architecture_dict()[
+      "relative_bias_max_distance"] == 128
+
+
 def test_invalid_missing_and_unexpected_keys(tiny_bert):
   w = load_file(str(tiny_bert / "model.safetensors"))
   w.pop("encoder.layer.1.output.dense.weight")

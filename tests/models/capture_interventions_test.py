@@ -9,10 +9,12 @@ from scipy.special import erf
 
 import papa_jax as pj
 from papa_jax import convert
-from tests import testing
+from tests import hf_oracle, testing
 
+# Shared fixtures; "mpnet" has none: a tiny random one is saved per test (needs torch).
 FAMILIES = ("bert/BertModel", "roberta/RobertaModel", "electra/ElectraModel",
-            "distilbert/DistilBertModel", "deberta/DebertaModel", "deberta-v2/DebertaV2Model")
+            "distilbert/DistilBertModel", "deberta/DebertaModel", "deberta-v2/DebertaV2Model",
+            "mpnet")
 SENTS = ["the movie was a gorgeous , witty , seductive thing .", "dull",
          "a film that proves its point a little too well"]
 
@@ -33,11 +35,14 @@ def _f64(tree):
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-def test_capture_every_piece_satisfies_its_identity(family):
+def test_capture_every_piece_satisfies_its_identity(family, tmp_path):
   """Each captured piece recombines into the next one, with the layer's own parameters,
   on every family (DeBERTa included); capturing changes no number."""
-  model = convert.load_pretrained(str(testing.require_shared("fixtures", "tiny-random",
-                                                             *family.split("/"))))
+  if "/" in family:
+    model = convert.load_pretrained(str(testing.require_shared("fixtures", "tiny-random",
+                                                               *family.split("/"))))
+  else:
+    model = hf_oracle.converted_random(family, tmp_path)
   c = model.config
   rng = np.random.default_rng(0)
   ids = rng.integers(5, c.vocab_size, (2, 12))

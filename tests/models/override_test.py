@@ -7,7 +7,8 @@ import pytest
 
 import papa_jax as pj
 from papa_jax import attention as attn
-from tests import testing
+from papa_jax import effective as eff
+from tests import hf_oracle, testing
 
 SENTS = ["the movie was a gorgeous , witty , seductive thing .",
          "dull", "a film that proves its point a little too well"]
@@ -158,7 +159,6 @@ def test_override_transform_receives_layer_and_values(minilm, batch):
 def hf_models(tmp_path_factory):
   """Every random Hugging Face test architecture, saved once (needs torch to build)."""
   pytest.importorskip("torch")
-  from tests import hf_oracle
   out = {}
   for name in hf_oracle.ARCHS:
     path = tmp_path_factory.mktemp(name.replace("-", "_"))
@@ -167,12 +167,10 @@ def hf_models(tmp_path_factory):
   return out
 
 
-@pytest.mark.parametrize("arch", ["bert", "roberta", "electra", "distilbert", "deberta",
-                                  "deberta-abs", "deberta-v3", "deberta-v2"])
+@pytest.mark.parametrize("arch", hf_oracle.ARCHS)
 def test_override_mixed_heads_with_own_attention_reproduce_every_family(hf_models, arch):
   """Constants = the model's own attention of one example, a random mixed head set:
   fast and explicit paths must give the un-overridden hidden states (at real tokens)."""
-  from tests import hf_oracle
   model = hf_models[arch]
   cfg = model.config
   pad = cfg.pad_token_id
@@ -188,6 +186,24 @@ def test_override_mixed_heads_with_own_attention_reproduce_every_family(hf_model
     for a, b in zip(out.hidden_states, ref.hidden_states):
       np.testing.assert_allclose(np.asarray(a)[0, m], np.asarray(b)[0, m], atol=3e-5,
                                  err_msg=f"{arch}, capture={capture}")
+
+
+@pytest.mark.parametrize("arch", hf_oracle.ARCHS)
+def test_effective_attention_keeps_outputs_on_every_family(hf_models, arch):
+  """Every head replaced by its effective attention: outputs unchanged at real tokens,
+  while a part of the long example's attention lies in the values' null space."""
+  model = hf_models[arch]
+  cfg = model.config
+  ids, mask = hf_oracle.padded_batch(cfg.vocab_size, [36, 9], 36, cfg.pad_token_id, seed=6)
+  assert mask[0].sum() > cfg.dim_per_head >= mask[1].sum()
+  ref = model.apply(ids, mask, capture_attention=True, capture_values=True)
+  out = model.apply(ids, mask, override=pj.AttentionOverride.intervene(pj.EffectiveAttention()))
+  m = mask.astype(bool)
+  for a, b in zip(out.hidden_states, ref.hidden_states, strict=True):
+    np.testing.assert_allclose(np.asarray(a)[m], np.asarray(b)[m], atol=2e-5, err_msg=arch)
+  key_mask = np.broadcast_to(m[:, None, :], ref.attentions[0].shape[:-1])
+  null = np.asarray(eff.null_attention(ref.attentions[0], ref.values[0], jnp.asarray(key_mask)))
+  assert np.abs(null[0]).max() > 1e-3 and np.abs(null[1]).max() < 1e-5
 
 
 def test_override_mixed_heads_equal_a_numpy_layer(minilm, batch):
