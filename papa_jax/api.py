@@ -174,8 +174,7 @@ def _mixing_fn(config, methods: tuple[str, ...], rollout: bool):
       for name in methods:
         maps.setdefault(name, []).append(layer_maps[name]())
     if rollout:
-      for name, residual in (("attention", 0.5), ("alti", None), ("value_zeroing", None),
-                             ("globenc", None)):
+      for name, residual in mixing.ROLLOUT_RESIDUAL.items():
         if name in maps:
           maps[f"{name}_rollout"] = mixing.rollout(maps[name], m, residual=residual)
     return {k: jnp.stack(v, 1) for k, v in maps.items()}

@@ -41,6 +41,9 @@ Array = jax.Array
 CAPTURE = Capture(probs=True, transformed_values=True, head_outputs=True, attention_output=True,
                   layer_norms=True)
 KINDS = ("attn", "attnres", "attnresln", "enc")
+# Rollout's residual per layer matrix: 0.5 for attention (Abnar & Zuidema); None for the
+# contribution matrices, which hold the residual already.
+ROLLOUT_RESIDUAL = {"attention": 0.5, "alti": None, "value_zeroing": None, "globenc": None}
 HIGHEST = jax.lax.Precision.HIGHEST
 
 

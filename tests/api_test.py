@@ -4,6 +4,7 @@ import os
 import re
 
 import numpy as np
+import pytest
 
 import papa_jax as pj
 from papa_jax.papa import means as means_lib
@@ -11,22 +12,15 @@ from papa_jax.papa import means as means_lib
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def test_api_readme_snippet_runs_as_written(minilm, capsys):
+@pytest.mark.parametrize("section, printed", [
+    ("## Quick example", "(6, 12, 32, 32) (4, 32, 384) (4, 12, 32, 32)"),
+    ("## Context mixing beyond attention", "(2, 6, 16, 16) (2, 6, 16, 16)")])
+def test_api_readme_snippet_runs_as_written(minilm, capsys, section, printed):
   del minilm
   readme = open(os.path.join(ROOT, "README.md")).read()
-  section = readme[readme.index("## Quick example"):]
-  code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+  code = re.search(r"```python\n(.*?)```", readme[readme.index(section):], re.S).group(1)
   exec(compile(code, "README.md", "exec"), {})  # pylint: disable=exec-used
-  assert capsys.readouterr().out.strip() == "(6, 12, 32, 32) (4, 32, 384) (4, 12, 32, 32)"
-
-
-def test_api_readme_context_mixing_snippet_runs_as_written(minilm, capsys):
-  del minilm
-  readme = open(os.path.join(ROOT, "README.md")).read()
-  section = readme[readme.index("## Context mixing beyond attention"):]
-  code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
-  exec(compile(code, "README.md", "exec"), {})  # pylint: disable=exec-used
-  assert capsys.readouterr().out.strip() == "(2, 6, 16, 16) (2, 6, 16, 16)"
+  assert capsys.readouterr().out.strip() == printed
 
 
 def test_api_attention_means_equals_the_means_pass(minilm):

@@ -110,8 +110,7 @@ class Mixing(per_head.PerHeadAnalysis):
         add("self_value_zeroing", self_of(c))
         rolls.setdefault("value_zeroing", []).append(c)
     for name, mats in rolls.items():
-      residual = 0.5 if name == "attention" else None
-      for r in mixing.rollout(mats, m, residual=residual):
+      for r in mixing.rollout(mats, m, residual=mixing.ROLLOUT_RESIDUAL[name]):
         if name == "globenc":  # Unnormalised products (the reference): report row shares.
           r = mixing.normalize_rows(r, m)
         add(f"rollout_self_{name}", self_of(r))
