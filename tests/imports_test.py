@@ -120,3 +120,19 @@ def test_imports_graph_sees_lazy_imports():
     assert "a -> b -> a" in str(e)
   else:
     raise AssertionError("a two-module cycle was not found")
+
+
+def test_family_names_stay_in_the_converter():
+  """Model and analysis code branch on `EncoderConfig` flags, never on a family's name:
+  no string literal naming a family (or a Hugging Face model_type) outside `convert/`."""
+  from papa_jax.convert.hf_config import MODEL_TYPES
+  families = set(MODEL_TYPES) | set(MODEL_TYPES.values())
+  found = []
+  for module, path in _modules().items():
+    if module.startswith(PACKAGE + ".convert"):
+      continue
+    with open(path) as f:
+      tree = ast.parse(f.read())
+    found += [f"{module}:{n.lineno} {n.value!r}" for n in ast.walk(tree)
+              if isinstance(n, ast.Constant) and n.value in families]
+  assert not found, f"family names outside papa_jax/convert: {found}"

@@ -13,6 +13,15 @@ from papa_jax.data import preprocess, readers, tasks
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 
 
+def require_model(key: str) -> str:
+  """The folder of fetchable ladder model `key` ($PAPA_MODELS), or skip saying how to get it."""
+  from papa_jax.convert import fetch  # pylint: disable=import-outside-toplevel
+  try:
+    return fetch.model_dir(key)
+  except FileNotFoundError as e:
+    pytest.skip(str(e))
+
+
 def require_shared(*parts: str):
   """The path under $PAPA_SHARED, or skip the test saying what is missing."""
   path = shared.shared_dir().joinpath(*parts)

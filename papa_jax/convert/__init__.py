@@ -19,6 +19,7 @@ import jax
 import numpy as np
 
 from papa_jax import tokenization, workdir
+from papa_jax.convert import fetch
 from papa_jax.convert.checkpoint_io import read_state_dict
 from papa_jax.convert.hf_config import encoder_config_from_hf, read_config_json
 from papa_jax.convert.hf_params import params_from_state_dict
@@ -40,6 +41,8 @@ MODEL_KEYS = {
     "deberta": "microsoft/deberta-base", "deberta_large": "microsoft/deberta-large",
     "minilm": "sentence-transformers/all-MiniLM-L6-v2",
     "minilm_sre": "pkg:sre_embedding_model/model_weights",
+    # The ladder's other real checkpoints: `python -m papa_jax.convert.fetch KEY` installs them.
+    "splade_tiny": "fetch:splade_tiny", "minilm_l3": "fetch:minilm_l3", "mpnet": "fetch:mpnet",
 }
 _HUB_FILES = ["config.json", "*.safetensors", "*.safetensors.index.json",
               "tokenizer*", "vocab*", "merges.txt", "special_tokens_map.json",
@@ -75,7 +78,8 @@ def resolve_model_dir(name_or_path: str) -> str:
   """A local directory holding the model's files, downloading if needed.
 
   Accepts a local directory, `pkg:<module>/<sub-directory>` (a model inside an
-  installed package, found without importing it), a hub id that an installed
+  installed package, found without importing it), `fetch:<key>` (a model that
+  `python -m papa_jax.convert.fetch` installed), a hub id that an installed
   package carries (`PACKAGED_MODELS`), or a hub id to download.
   """
   if not name_or_path:
@@ -83,6 +87,8 @@ def resolve_model_dir(name_or_path: str) -> str:
                      "local model directory.")
   if name_or_path.startswith("pkg:"):
     return package_model_dir(name_or_path)
+  if name_or_path.startswith("fetch:"):
+    return fetch.model_dir(name_or_path[len("fetch:"):])
   path = os.path.expanduser(name_or_path)
   if os.path.isdir(path):
     return path

