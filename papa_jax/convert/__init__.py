@@ -77,7 +77,7 @@ def package_model_dir(name: str) -> str:
 def resolve_model_dir(name_or_path: str) -> str:
   """A local directory holding the model's files, downloading if needed.
 
-  Accepts a local directory, `pkg:<module>/<sub-directory>` (a model inside an
+  Accepts a local directory, a short key of `MODEL_KEYS`, `pkg:<module>/<sub-directory>` (a model inside an
   installed package, found without importing it), `fetch:<key>` (a model that
   `python -m papa_jax.convert.fetch` installed), a hub id that an installed
   package carries (`PACKAGED_MODELS`), or a hub id to download.
@@ -85,6 +85,8 @@ def resolve_model_dir(name_or_path: str) -> str:
   if not name_or_path:
     raise ValueError("No model given: set config.model.name to a hub id or a "
                      "local model directory.")
+  if name_or_path in MODEL_KEYS and not os.path.exists(name_or_path):
+    return resolve_model_dir(MODEL_KEYS[name_or_path])  # A short key: 'mpnet', 'minilm'.
   if name_or_path.startswith("pkg:"):
     return package_model_dir(name_or_path)
   if name_or_path.startswith("fetch:"):

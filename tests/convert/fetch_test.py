@@ -94,6 +94,7 @@ def test_config_keys_resolve_through_the_models_folder(tmp_path, monkeypatch):
   (tmp_path / "splade_tiny").mkdir()
   (tmp_path / "splade_tiny" / fetch.SOURCE_FILE).write_text("{}")
   assert pj.convert.resolve_model_dir("fetch:splade_tiny") == str(tmp_path / "splade_tiny")
+  assert pj.convert.resolve_model_dir("splade_tiny") == str(tmp_path / "splade_tiny")
   with pytest.raises(KeyError, match="Unknown fetchable model 'nope'"):
     pj.convert.resolve_model_dir("fetch:nope")
   assert fetch.main(["--list"]) == 0
