@@ -32,6 +32,7 @@ def get_config(arg=None):
       models=models, tasks=tasks,
       max_length=ml_collections.ConfigDict({t: base.max_length(t) for t in tasks}),
       data_dirs=ml_collections.ConfigDict({t: "" for t in tasks}),
+      shard="",  # "I/N": every N-th cell from the I-th (1-based), for N machines.
   ))
   c.papa.seeds = tuple(range(42, 42 + a.seeds))
   c.data.max_train_examples = a.train

@@ -181,6 +181,9 @@ def get_config() -> ml_collections.ConfigDict:
           enabled=False,  # jax.distributed.initialize() for multi-host (TPU pod) runs.
           coordinator_address="", num_processes=-1, process_id=-1, local_device_count=-1,
           cpu_collectives="",  # 'gloo' for CPU multi-process runs.
+          # Every process all-gathers its SIGTERM flag at every N-th check of the loops,
+          # so all stop at the same step (papa_jax/preemption.py).
+          preemption_check_every=10,
       )),
   ))
   return c

@@ -32,6 +32,10 @@ def maybe_initialize_distributed(config) -> None:
     return
   if d.cpu_collectives:  # Must not touch the backend before initialize().
     jax.config.update("jax_cpu_collectives_implementation", d.cpu_collectives)
+  # Our SIGTERM handler stays (the service would replace it); `preemption.should_stop`
+  # agrees across processes instead.
+  jax.config.update("jax_enable_preemption_service", False)
+  preemption.set_check_every(d.get("preemption_check_every", 10))
   kwargs = {}
   if d.coordinator_address:
     kwargs["coordinator_address"] = d.coordinator_address
@@ -133,7 +137,7 @@ def map_batches(fn: Callable[[dict], Any], data, *, batch_size: int, mesh: Mesh,
     every: log progress every `every` steps.
 
   On a preemption request (SIGTERM), a consumer that checkpoints checks
-  `preemption.requested()` after each item and stops itself; for the others
+  `preemption.should_stop()` after each item and stops itself; for the others
   this raises `preemption.Preempted` before the next batch is dispatched.
 
   Yields:
@@ -147,7 +151,7 @@ def map_batches(fn: Callable[[dict], Any], data, *, batch_size: int, mesh: Mesh,
   prog = Progress(desc, total, every=every, start=min(start * batch_size, total)) if desc else None
   pending = None
   for step, batch in enumerate(pipeline.batches(data, batch_size, start=start), start=start):
-    if preemption.requested():
+    if preemption.should_stop():
       raise preemption.Preempted(f"{desc or 'pass'}: stopped before batch {step} (rerun to "
                                  "resume from this pass's last checkpoint).")
     out = fn(put_batch(pipeline.host_slice(batch), mesh))

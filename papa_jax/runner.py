@@ -179,7 +179,7 @@ def sum_pass(stats_fn: StatsFn, capture: Capture, config: EncoderConfig, params:
       rows.append(batch_rows[valid])
     _add(totals, sums)
     totals.next_batch = step + 1
-    stop = preemption.requested()
+    stop = preemption.should_stop()
     if partial and parallel.is_main_process() and (stop or (
         checkpoint_every > 0 and totals.next_batch % checkpoint_every == 0)):
       resume.save(partial, run_key, totals.next_batch, totals.arrays())

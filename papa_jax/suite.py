@@ -5,6 +5,12 @@ config.suite.tasks` in its own sub-workdir `<workdir>/<model>__<task>` (each an
 ordinary `stage=all` run: finished runs are reused, killed ones resume), then
 writes the report. The `report` command only aggregates: over the finished
 cells of a suite workdir, or over one experiment's workdir.
+
+`suite.shard="I/N"` runs every N-th cell from the I-th (1-based), so N
+machines (a job-scheduler array: `shard=$((SLURM_ARRAY_TASK_ID))/N`) share
+one suite workdir; each cell's own workdir lock keeps a cell to one run, a cell
+locked by a live run elsewhere is skipped, and whichever shard finds every
+cell finished writes the report (the `report` command does it at any time).
 `report_from_workdirs` does the same from Python for any list of finished
 workdirs (read by `reader.read_workdir`).
 """
@@ -20,6 +26,7 @@ import ml_collections
 from absl import logging
 
 from papa_jax import reader, report, results, run
+from papa_jax import workdir as workdir_lib
 from papa_jax import data as data_lib
 from papa_jax.convert import MODEL_KEYS
 from papa_jax.errors import ConfigError
@@ -52,18 +59,49 @@ def cell_dir(path: str, model: str, task: str) -> str:
   return os.path.join(path, f"{safe}{CELL_SEPARATOR}{task}")
 
 
-def run_suite(config: ml_collections.ConfigDict, path: str) -> dict:
-  """Runs every cell, then writes the report over all of them."""
+def parse_shard(shard: str) -> tuple[int, int]:
+  """`"I/N"` (1 <= I <= N) -> (I - 1, N); `""` -> (0, 1), every cell."""
+  if not shard:
+    return 0, 1
+  i, sep, n = str(shard).partition("/")
+  try:
+    index, count = int(i), int(n)
+  except ValueError:
+    index = count = 0
+  if not sep or not 1 <= index <= count:
+    raise ConfigError(f"suite.shard={shard!r}: use I/N with 1 <= I <= N (e.g. 2/4), or '' "
+                      "for every cell.")
+  return index - 1, count
+
+
+def shard_cells(config: ml_collections.ConfigDict) -> list[tuple[str, str]]:
+  """This shard's cells: every N-th cell of the grid from the I-th."""
+  index, count = parse_shard(config.suite.get("shard", ""))
+  return cells(config)[index::count]
+
+
+def run_suite(config: ml_collections.ConfigDict, path: str) -> dict | None:
+  """Runs this shard's cells, then writes the report if every cell has finished."""
   grid = cells(config)
   if not grid:
     raise ConfigError("suite.models and suite.tasks must both be non-empty.")
+  mine = shard_cells(config)
   for model, task in grid:  # Every cell's static checks before any work.
     run.check_config(cell_config(config, model, task))
   t0 = time.perf_counter()
-  for i, (model, task) in enumerate(grid):
-    logging.info("suite: cell %d/%d (%s on %s); %.0fs so far.", i + 1, len(grid), model, task,
+  for i, (model, task) in enumerate(mine):
+    logging.info("suite: cell %d/%d (%s on %s); %.0fs so far.", i + 1, len(mine), model, task,
                  time.perf_counter() - t0)
-    run.run(cell_config(config, model, task), cell_dir(path, model, task))
+    try:
+      run.run(cell_config(config, model, task), cell_dir(path, model, task))
+    except workdir_lib.WorkdirLocked as e:  # Another shard (or a rerun) is on it.
+      logging.warning("suite: skipping %s on %s: %s", model, task, e)
+  left = sorted({cell_dir(path, m, t) for m, t in grid} - set(finished_cells(path)))
+  if left:
+    logging.info("suite: this shard is done; %d cells are unfinished or run elsewhere (%s); "
+                 "the shard that finishes last writes the report.", len(left),
+                 ", ".join(os.path.basename(p) for p in left))
+    return None
   return write(config, path)
 
 

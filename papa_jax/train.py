@@ -277,7 +277,7 @@ def fit(name: str, probe: nn.Module, encoder: FrozenEncoder, tx, cfg: FitConfig,
       state, loss = train_step(state, batch, encoder)
       pending.append(loss)
       done = i + 1
-      stop = preemption.requested()
+      stop = preemption.should_stop()
       due = ckpt is not None and cfg.checkpoint_every_steps > 0 and (
           done % cfg.checkpoint_every_steps == 0) and done < steps_per_epoch
       if len(pending) == log_every or stop or due:

@@ -5,6 +5,7 @@ These drive `launch/main.py` in subprocesses, exactly as a user would.
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -293,6 +294,90 @@ def test_multiprocess_whole_pipeline_equals_single_process(tmp_path, minilm):
   np.testing.assert_allclose(eb["null_ratio/all"], ea["null_ratio/all"], atol=2e-5)
 
 
+def _two_processes_signal_one(make_args, path, target=1, timeout=600):
+  """Runs `make_args(pid, port)` as two processes and sends SIGTERM to process `target`
+  alone once `path` exists; returns (exit statuses, logs)."""
+  port = _free_port()
+  logs = [tempfile.TemporaryFile("w+") for _ in range(2)]
+  procs = [subprocess.Popen(make_args(pid, port), stdout=subprocess.DEVNULL, stderr=logs[pid],
+                            text=True, env=_env(devices=1)) for pid in range(2)]
+  t0 = time.time()
+  while not os.path.exists(path):
+    assert all(p.poll() is None for p in procs), f"a process ended before {path} appeared"
+    assert time.time() - t0 < timeout, f"{path} never appeared"
+    time.sleep(0.05)
+  procs[target].send_signal(signal.SIGTERM)
+  rcs = []
+  for p in procs:
+    try:
+      rcs.append(p.wait(timeout=timeout))
+    except subprocess.TimeoutExpired:  # A process left waiting in a collective.
+      for q in procs:
+        q.kill()
+      rcs.append(None)
+  out = []
+  for f in logs:
+    f.seek(0)
+    out.append(f.read())
+    f.close()
+  return rcs, out
+
+
+def _stopped_at(log: str) -> str:
+  """The Preempted message the launcher logged: '<loop>: stopped after batch N.' etc."""
+  found = re.findall(r"\] (.*stopped (?:after batch|before batch|at step) [^.(]*)", log)
+  assert found, log[-3000:]
+  return found[-1].strip()
+
+
+def test_multiprocess_sigterm_to_one_host_stops_every_host_at_the_same_step(tmp_path, minilm):
+  """A pod's hosts are signalled at different steps: SIGTERM to process 1 alone, in the
+  means pass, mid-epoch in a probe and in an analysis stage, stops both processes at the
+  same step with one consistent checkpoint and status 75; the reruns end as the
+  uninterrupted run (one process, the same two-device mesh) did."""
+  del minilm
+  one, two = tmp_path / "one", tmp_path / "two"
+
+  def run_args(workdir, extra=()):  # 30 batches per pass and per epoch: time to signal.
+    return [sys.executable, MAIN, "--config=" + os.path.join(ROOT, "configs", "quickstart.py"),
+            f"--workdir={workdir}", f"--config.data.data_dir={require_shared('data', 'sst2')}",
+            "--config.data.max_length=32", "--config.data.max_train_examples=480",
+            "--config.data.max_eval_examples=40", "--config.run.batch_size=16",
+            "--config.papa.fractions=(0.0,1.0)", "--config.papa.seeds=(1,)",
+            "--config.sort.epochs=1", "--config.sort.max_train_examples=64",
+            "--config.probe.epochs=2", "--config.effective.split=train",
+            "--config.effective.max_examples=160",
+            "--config.run.checkpoint_every_batches=1", "--config.run.checkpoint_every_steps=2",
+            *extra]
+
+  _run(run_args(one), env=_env(devices=2), timeout=900)
+  _run(run_args(one, ["--config.stage=effective"]), env=_env(devices=2))
+
+  def args(extra=()):
+    return lambda pid, port: run_args(two, [*extra, *_distributed(port, pid)])
+
+  watched = [two / "means" / "means_raw.partial.npz",
+             two / "probe" / "raw_k0_s1" / "checkpoints" / "2"]
+  for path in watched:
+    rcs, logs = _two_processes_signal_one(args(), str(path))
+    assert rcs == [75, 75], [log[-2000:] for log in logs]
+    assert _stopped_at(logs[0]) == _stopped_at(logs[1])
+    assert "Another process was signalled" in logs[0]
+  assert not (two / "means" / "means_raw.npz").exists() or not (two / "results.json").exists()
+  _run_two_processes(args())
+  rcs, logs = _two_processes_signal_one(args(["--config.stage=effective"]),
+                                        str(two / "effective" / "partial.partial.npz"))
+  assert rcs == [75, 75] and _stopped_at(logs[0]) == _stopped_at(logs[1]), logs[0][-2000:]
+  _run_two_processes(args(["--config.stage=effective"]))
+  a, b = np.load(one / "means" / "means_raw.npz"), np.load(two / "means" / "means_raw.npz")
+  assert np.abs(a["avgs"] - b["avgs"]).max() <= 1e-6
+  assert _results(one)[0] == _results(two)[0]
+  ea = json.load(open(one / "effective" / "stats.json"))
+  eb = json.load(open(two / "effective" / "stats.json"))
+  assert ea["count/all"] == eb["count/all"]
+  np.testing.assert_allclose(eb["null_ratio/all"], ea["null_ratio/all"], atol=2e-5)
+
+
 @pytest.mark.parametrize("flag,message", [
     ("--config.probe.lerning_rate=1e-3", "lerning_rate"),
     ("--config.probe.epochs=many", "epochs"),
@@ -301,7 +386,8 @@ def test_multiprocess_whole_pipeline_equals_single_process(tmp_path, minilm):
     ("--config.effective.figure_head=2", "renamed: use --config.figures.head"),
 ])
 def test_invalid_launcher_config_flags_fail(flag, message, tmp_path):
-  out = subprocess.run([sys.executable, MAIN, "--config=" + os.path.join(ROOT, "configs", "quickstart.py"),
+  out = subprocess.run([sys.executable, MAIN,
+                        "--config=" + os.path.join(ROOT, "configs", "quickstart.py"),
                         f"--workdir={tmp_path / 'w'}", flag], capture_output=True, text=True,
                        timeout=120, env=_env())
   assert out.returncode != 0

@@ -12,6 +12,7 @@ import pytest
 
 from configs import suite as suite_config
 from papa_jax import commands, features, suite
+from papa_jax.errors import ConfigError
 from tests.testing import override, require_shared
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -138,3 +139,44 @@ def test_suite_killed_midway_finishes_the_rest_without_redoing(tmp_path, minilm)
   assert [os.path.getmtime(p) for p in finished] == done  # Reused, not redone.
   assert "done before" in out.stderr and (path / "report" / "report.md").exists()
   assert (path / "minilm_sre__sst2" / "results.json").exists()
+
+
+def test_suite_shards_partition_the_grid():
+  c = suite_config.get_config("models=minilm+minilm_sre+splade_tiny,tasks=sst2+cola")
+  every = suite.cells(c)
+  parts = []
+  for i in range(1, 4):
+    c.suite.shard = f"{i}/3"
+    parts.append(suite.shard_cells(c))
+  assert sorted(sum(parts, [])) == sorted(every) and all(len(p) == 2 for p in parts)
+  for bad in ("0/2", "3/2", "1", "a/b", "1/0"):
+    c.suite.shard = bad
+    with pytest.raises(ConfigError, match=r"suite.shard=.*use I/N"):
+      suite.shard_cells(c)
+
+
+def test_two_suite_shards_at_once_run_every_cell_once_and_report_as_one(finished_suite,
+                                                                        tmp_path):
+  """Shards 1/2 and 2/2 started together over one workdir: each cell runs once, in its
+  shard, and the report the last shard writes equals the single-process suite's."""
+  ref_path, ref_paths, _ = finished_suite
+  path = tmp_path / "s"
+  procs = [subprocess.Popen(_suite_args(path) + [f"--config.suite.shard={i}/2"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+           for i in (1, 2)]
+  logs = []
+  for p in procs:
+    _, err = p.communicate(timeout=1200)
+    assert p.returncode == 0, err[-3000:]
+    logs.append(err)
+  assert "minilm on sst2" in logs[0] and "minilm_sre on sst2" not in logs[0]
+  assert "minilm_sre on sst2" in logs[1] and "minilm on sst2" not in logs[1]
+  assert sum("report over 2 experiments" in log for log in logs) >= 1
+  for cell in ("minilm__sst2", "minilm_sre__sst2"):
+    got = json.load(open(path / cell / "results.json"))["rows"]
+    want = json.load(open(os.path.join(ref_path, cell, "results.json")))["rows"]
+    assert [(r["static_heads"], r["seed"], r["score"]) for r in got] == [
+        (r["static_heads"], r["seed"], r["score"]) for r in want]
+  got = json.load(open(path / "report" / "report.json"))["experiments"]
+  want = json.load(open(ref_paths["json"]))["experiments"]
+  assert got == want
