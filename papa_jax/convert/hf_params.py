@@ -249,7 +249,7 @@ def params_from_state_dict(c: EncoderConfig, state: Mapping[str, np.ndarray], *,
     try:
       value = np.asarray(fn(cache[key]), dtype=np.float32)
       got = value.shape
-    except ValueError:  # A reshape that the tensor's size does not allow.
+    except (ValueError, IndexError):  # A reshape that the tensor's shape does not allow.
       value, got = None, "no reshape"
     if got != want.get(path):
       bad.append(f"{'/'.join(path)} <- {names[key]} {cache[key].shape}: "

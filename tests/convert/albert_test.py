@@ -146,13 +146,19 @@ def test_invalid_albert_config_does_not_match_weights(groups_dir, tmp_path, chan
     pj.load_pretrained(str(bad))
 
 
-def test_invalid_albert_tensor_shape_is_named(groups_dir, tmp_path):
+@pytest.mark.parametrize("key,shape,match", [
+    ("encoder.albert_layer_groups.1.albert_layers.0.ffn.weight", (90, 64),
+     r"layer_4/intermediate/kernel <- {key} \(90, 64\): "
+     r"checkpoint \(64, 90\) vs config \(64, 96\)"),
+    ("encoder.albert_layer_groups.0.albert_layers.1.attention.key.weight", (64,),
+     r"layer_1/attention/key/kernel <- {key} \(64,\): "
+     r"checkpoint no reshape vs config \(64, 4, 16\)"),
+])
+def test_invalid_albert_tensor_shape_is_named(groups_dir, tmp_path, key, shape, match):
   """A weight file with one wrong-shaped shared tensor: named, with both shapes."""
   w = load_file(str(groups_dir / "model.safetensors"))
-  key = "encoder.albert_layer_groups.1.albert_layers.0.ffn.weight"
-  w[key] = np.zeros((90, 64), np.float32)
+  w[key] = np.zeros(shape, np.float32)
   bad = _with_config(groups_dir, tmp_path / "bad")
   save_file(w, str(bad / "model.safetensors"))
-  with pytest.raises(ValueError, match=rf"layer_4/intermediate/kernel <- {key} \(90, 64\): "
-                     r"checkpoint \(64, 90\) vs config \(64, 96\)"):
+  with pytest.raises(ValueError, match=match.format(key=key)):
     pj.load_pretrained(str(bad))
