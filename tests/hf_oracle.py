@@ -49,11 +49,16 @@ def spec(name: str):
   if name == "mpnet":  # Like all-mpnet-base-v2: positions from pad 1, 32 relative buckets.
     return tr.MPNetConfig(**{**COMMON, "max_position_embeddings": 130}, pad_token_id=1,
                           relative_attention_num_buckets=32, layer_norm_eps=1e-5), tr.MPNetModel
+  if name == "albert":  # Like albert-base-v2: one shared group, factorised embeddings.
+    return tr.AlbertConfig(**COMMON, embedding_size=32, hidden_act="gelu_new"), tr.AlbertModel
+  if name == "albert-groups":  # 3 layers over 2 groups (0, 0, 1), 2 blocks per layer.
+    return tr.AlbertConfig(**{**COMMON, "num_hidden_layers": 3}, embedding_size=48,
+                           num_hidden_groups=2, inner_group_num=2), tr.AlbertModel
   raise KeyError(name)
 
 
 ARCHS = ("bert", "roberta", "electra", "distilbert", "deberta", "deberta-abs",
-         "deberta-v3", "deberta-v2", "mpnet")
+         "deberta-v3", "deberta-v2", "mpnet", "albert", "albert-groups")
 
 
 def save_random(name: str, path, safe: bool = True, seed: int = 0) -> None:

@@ -285,7 +285,7 @@ def test_mixing_equals_pytorch_reference_procedures(tiny_pair):
 # Shared fixtures by class; None: no fixture, a tiny random model is saved (needs torch).
 FAMILIES = {"bert": "BertModel", "roberta": "RobertaModel", "electra": "ElectraModel",
             "distilbert": "DistilBertModel", "deberta": "DebertaModel",
-            "deberta-v2": "DebertaV2Model", "mpnet": None}
+            "deberta-v2": "DebertaV2Model", "mpnet": None, "albert": None}
 
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))

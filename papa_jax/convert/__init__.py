@@ -21,7 +21,7 @@ import numpy as np
 from papa_jax import tokenization, workdir
 from papa_jax.convert import fetch
 from papa_jax.convert.checkpoint_io import read_state_dict
-from papa_jax.convert.hf_config import encoder_config_from_hf, read_config_json
+from papa_jax.convert.hf_config import encoder_config_from_hf, read_config_json, shared_layers
 from papa_jax.convert.hf_params import params_from_state_dict
 from papa_jax.models.config import EncoderConfig
 from papa_jax.models.encoder import Encoder, EncoderOutput
@@ -159,9 +159,11 @@ def load_pretrained(name_or_path: str, compute_dtype: str | None = None) -> Pret
   precision); None keeps the parameters' float32.
   """
   model_dir = resolve_model_dir(name_or_path)
-  config = encoder_config_from_hf(read_config_json(model_dir), name=name_or_path)
+  hf_cfg = read_config_json(model_dir)
+  config = encoder_config_from_hf(hf_cfg, name=name_or_path)
   if compute_dtype is not None:
     config = config.replace(compute_dtype=compute_dtype)
   state = read_state_dict(model_dir)
-  params = params_from_state_dict(config, state, source=model_dir)
+  params = params_from_state_dict(config, state, source=model_dir,
+                                  layer_groups=shared_layers(hf_cfg))
   return Pretrained(config=config, params=params, model_dir=model_dir)

@@ -23,11 +23,16 @@ MODEL_TYPES = {
     "deberta": "deberta",
     "deberta-v2": "deberta-v2",
     "mpnet": "mpnet",
+    "albert": "albert",
 }
 # What Hugging Face's MPNetModel hard-codes, whatever its config says.
 MPNET_PADDING_IDX = 1
 MPNET_BUCKETS = 32
 MPNET_MAX_DISTANCE = 128
+# AlbertConfig's defaults, for keys a config.json leaves out.
+ALBERT_DEFAULTS = dict(embedding_size=128, num_hidden_groups=1, inner_group_num=1,
+                       hidden_act="gelu_new", hidden_dropout_prob=0.0,
+                       attention_probs_dropout_prob=0.0)
 
 
 def read_config_json(model_dir: str) -> dict[str, Any]:
@@ -65,6 +70,8 @@ def encoder_config_from_hf(cfg: dict[str, Any], name: str = "") -> EncoderConfig
     raise ValueError(f"Unsupported non-string activation {act!r}.")
   for key in ("is_decoder", "add_cross_attention"):
     _unsupported(cfg, key, False, "decoder configuration")
+  if family == "albert":
+    return _albert_config(cfg, name)
 
   if family == "distilbert":
     return EncoderConfig(
@@ -178,3 +185,53 @@ def _mpnet_config(cfg: dict[str, Any], common: dict[str, Any]) -> EncoderConfig:
   return EncoderConfig(**{**common, "type_vocab_size": 0, "pad_token_id": pad},
                        position_ids="from_padding", relative_bias_buckets=buckets,
                        relative_bias_max_distance=MPNET_MAX_DISTANCE)
+
+
+def albert_layer_groups(cfg: dict[str, Any]) -> tuple[tuple[int, int], ...]:
+  """(group, sub-layer) of each flat layer, in the order HF's AlbertTransformer runs them.
+
+  Layer i of num_hidden_layers uses group int(i / (num_hidden_layers / num_hidden_groups))
+  (HF's float formula, kept as is) and runs that group's inner_group_num sub-layers in
+  turn, each one post-LayerNorm block: the flat list has layers * inner_group_num blocks.
+  """
+  c = {**ALBERT_DEFAULTS, **cfg}
+  layers, groups, inner = c["num_hidden_layers"], c["num_hidden_groups"], c["inner_group_num"]
+  for key, value, top in (("num_hidden_groups", groups, layers), ("inner_group_num", inner, None)):
+    if not isinstance(value, int) or value < 1 or (top is not None and value > top):
+      raise ValueError(
+          f"Unsupported ALBERT {key}={value!r}: an integer >= 1"
+          + (f" and <= num_hidden_layers={layers} (a group no layer uses)" if top else "")
+          + ".")
+  return tuple((int(i / (layers / groups)), j) for i in range(layers) for j in range(inner))
+
+
+def shared_layers(cfg: dict[str, Any]) -> tuple[tuple[int, int], ...] | None:
+  """Each flat layer's (group, sub-layer) when layers share parameters (ALBERT), else None."""
+  return albert_layer_groups(cfg) if MODEL_TYPES.get(cfg.get("model_type")) == "albert" else None
+
+
+def _albert_config(cfg: dict[str, Any], name: str) -> EncoderConfig:
+  """ALBERT: BERT blocks with factorised embeddings and parameters shared across layers.
+
+  The embeddings (embedding_size wide) always pass through
+  `encoder.embedding_hidden_mapping_in` (a dense layer with bias) after their LayerNorm
+  and dropout, even when embedding_size equals hidden_size. Layers become a flat list
+  of layers * inner_group_num blocks (`albert_layer_groups`), whose shared parameters
+  the converter copies into each block.
+  """
+  c = {**ALBERT_DEFAULTS, **cfg}
+  _unsupported(c, "position_embedding_type", "absolute", "ALBERT position embedding type")
+  act = c["hidden_act"]
+  if not isinstance(act, str):
+    raise ValueError(f"Unsupported non-string activation {act!r}.")
+  blocks = len(albert_layer_groups(c))
+  return EncoderConfig(
+      vocab_size=c["vocab_size"], hidden_size=c["hidden_size"], num_layers=blocks,
+      num_heads=c["num_attention_heads"], intermediate_size=c["intermediate_size"],
+      max_position_embeddings=c["max_position_embeddings"],
+      type_vocab_size=c.get("type_vocab_size", 2), embedding_size=c["embedding_size"],
+      hidden_act=act, layer_norm_eps=c.get("layer_norm_eps", 1e-12),
+      hidden_dropout=c["hidden_dropout_prob"],
+      attention_dropout=c["attention_probs_dropout_prob"],
+      pad_token_id=c.get("pad_token_id", 0) or 0, embedding_projection="after_dropout",
+      probe_dropout=c["hidden_dropout_prob"], family="albert", name=name)

@@ -22,7 +22,7 @@ Rule = tuple[tuple[str, ...], str, Callable[[np.ndarray], np.ndarray]]
 BASE_PREFIX = {
     "bert": "bert.", "roberta": "roberta.", "electra": "electra.",
     "distilbert": "distilbert.", "deberta": "deberta.", "deberta-v2": "deberta.",
-    "mpnet": "mpnet.",
+    "mpnet": "mpnet.", "albert": "albert.",
 }
 # Tensors of task heads and non-persistent buffers: known, deliberately unused.
 IGNORED = tuple(re.compile(p) for p in (
@@ -31,7 +31,7 @@ IGNORED = tuple(re.compile(p) for p in (
     r"^qa_outputs\.", r"^discriminator_predictions\.",
     r"^generator_predictions\.", r"^generator_lm_head\.",
     r"^vocab_(transform|layer_norm|projector)\.", r"^lm_predictions\.",
-    r"^mask_predictions\.", r"^sop_classifier\.",
+    r"^mask_predictions\.", r"^sop_classifier\.", r"^predictions\.",
 ))
 
 
@@ -84,7 +84,23 @@ def _in_proj(path, key, h, d, part) -> Rule:
   return (path + ("kernel",), key + ".weight", f)
 
 
-def family_rules(c: EncoderConfig) -> list[Rule]:
+def _albert_layer(p: tuple[str, ...], k: str, h: int, d: int) -> list[Rule]:
+  """One ALBERT block from the shared `albert_layer_groups.G.albert_layers.J.` tensors."""
+  a = p + ("attention",)
+  rules = [r for n in ("query", "key", "value")
+           for r in _heads(a + (n,), k + "attention." + n, h, d)]
+  return (rules + _out(a, k + "attention.dense", h, d)
+          + _ln(p + ("attention_norm",), k + "attention.LayerNorm")
+          + _linear(p + ("intermediate",), k + "ffn") + _linear(p + ("output",), k + "ffn_output")
+          + _ln(p + ("output_norm",), k + "full_layer_layer_norm"))
+
+
+def family_rules(c: EncoderConfig,
+                 layer_groups: tuple[tuple[int, int], ...] | None = None) -> list[Rule]:
+  """The name rules of `c`'s family. `layer_groups` (ALBERT, from
+  `hf_config.shared_layers`): each flat layer's (group, sub-layer). Shared tensors are
+  copied into every layer that uses them: exact for inference and for PAPA, which treats
+  each layer's heads separately; training then updates each copy on its own."""
   h, d = c.num_heads, c.dim_per_head
   e = ("embeddings",)
   rules: list[Rule] = _embed(e + ("word_embeddings",), "embeddings.word_embeddings")
@@ -93,8 +109,10 @@ def family_rules(c: EncoderConfig) -> list[Rule]:
   if c.type_vocab_size > 0:
     rules += _embed(e + ("token_type_embeddings",), "embeddings.token_type_embeddings")
   rules += _ln(e + ("LayerNorm",), "embeddings.LayerNorm")
-  if c.embed_dim != c.hidden_size:
-    if c.family == "electra":
+  if c.embedding_projection != "none":
+    if c.family == "albert":
+      rules += _linear(e + ("embed_proj",), "encoder.embedding_hidden_mapping_in")
+    elif c.family == "electra":
       rules += _linear(e + ("embed_proj",), "embeddings_project")
     else:
       rules += _linear(e + ("embed_proj",), "embeddings.embed_proj", bias=False)
@@ -105,6 +123,14 @@ def family_rules(c: EncoderConfig) -> list[Rule]:
   if c.relative_bias_buckets:  # nn.Embedding(buckets, heads): already [buckets, H].
     rules.append((("relative_bias",), "encoder.relative_attention_bias.weight", _same))
 
+  if c.family == "albert":
+    if layer_groups is None or len(layer_groups) != c.num_layers:
+      raise ValueError(f"ALBERT needs each of its {c.num_layers} layers' (group, sub-layer), "
+                       f"got {layer_groups!r}.")
+    for i, (g, j) in enumerate(layer_groups):
+      k = f"encoder.albert_layer_groups.{g}.albert_layers.{j}."
+      rules += _albert_layer((f"layer_{i}",), k, h, d)
+    return rules
   for i in range(c.num_layers):
     p = (f"layer_{i}",)
     a = p + ("attention",)
@@ -188,7 +214,8 @@ def expected_shapes(c: EncoderConfig) -> dict:
 
 
 def params_from_state_dict(c: EncoderConfig, state: Mapping[str, np.ndarray], *,
-                           source: str = "checkpoint", to_device: bool = True) -> dict:
+                           source: str = "checkpoint", to_device: bool = True,
+                           layer_groups: tuple[tuple[int, int], ...] | None = None) -> dict:
   """Converts a HF state dict to this project's parameter tree (float32).
 
   Tensors are read one at a time (lazily, from a `LazyStateDict`) and put on
@@ -199,7 +226,7 @@ def params_from_state_dict(c: EncoderConfig, state: Mapping[str, np.ndarray], *,
       between the checkpoint and the architecture in its config.
   """
   names = normalize_keys(c, state.keys())
-  rules = family_rules(c)
+  rules = family_rules(c, layer_groups)
   missing = sorted({key for _, key, _ in rules if key not in names})
   used = {key for _, key, _ in rules}
   unexpected = sorted(
@@ -211,28 +238,29 @@ def params_from_state_dict(c: EncoderConfig, state: Mapping[str, np.ndarray], *,
         f"{' ...' if len(missing) > 20 else ''}; unexpected keys "
         f"{unexpected[:20]}{' ...' if len(unexpected) > 20 else ''}."
     )
+  want = {tuple(getattr(k, "key", k) for k in path): v.shape
+          for path, v in jax.tree_util.tree_leaves_with_path(expected_shapes(c))}
   params: dict = {}
   cache: dict[str, np.ndarray] = {}
+  bad = []
   for path, key, fn in rules:
     if key not in cache:
       cache = {key: np.asarray(state[names[key]])}  # Keep only the tensor in use.
-    value = np.asarray(fn(cache[key]), dtype=np.float32)
-    _set(params, path, jnp.asarray(value) if to_device else value)
-  want = expected_shapes(c)
-  bad = []
-  flat_want = {jax.tree_util.keystr(k): v.shape
-               for k, v in jax.tree_util.tree_leaves_with_path(want)}
-  flat_got = {jax.tree_util.keystr(k): v.shape
-              for k, v in jax.tree_util.tree_leaves_with_path(params)}
-  if set(flat_want) != set(flat_got):
-    raise ValueError(
-        f"Converted tree differs from the model: missing "
-        f"{sorted(set(flat_want) - set(flat_got))}, extra "
-        f"{sorted(set(flat_got) - set(flat_want))}.")
-  for k, shape in flat_want.items():
-    if flat_got[k] != shape:
-      bad.append(f"{k}: checkpoint {flat_got[k]} vs config {shape}")
+    try:
+      value = np.asarray(fn(cache[key]), dtype=np.float32)
+      got = value.shape
+    except (ValueError, IndexError):  # A reshape that the tensor's shape does not allow.
+      value, got = None, "no reshape"
+    if got != want.get(path):
+      bad.append(f"{'/'.join(path)} <- {names[key]} {cache[key].shape}: "
+                 f"checkpoint {got} vs config {want.get(path)}")
+    elif not bad:
+      _set(params, path, jnp.asarray(value) if to_device else value)
   if bad:
-    raise ValueError(
-        f"{source} tensor shapes do not match its config: " + "; ".join(bad[:10]))
+    raise ValueError(f"{source} tensor shapes do not match its config: "
+                     + "; ".join(bad[:10]) + (" ..." if len(bad) > 10 else ""))
+  got = {path for path, _, _ in rules}
+  if set(want) != got:
+    raise ValueError(f"Converted tree differs from the model: missing "
+                     f"{sorted(set(want) - got)}, extra {sorted(got - set(want))}.")
   return params

@@ -11,10 +11,11 @@ import papa_jax as pj
 from papa_jax import convert
 from tests import hf_oracle, testing
 
-# Shared fixtures; "mpnet" has none: a tiny random one is saved per test (needs torch).
+# Shared fixtures; "mpnet" and "albert-groups" have none: a tiny random one is saved per test
+# (needs torch).
 FAMILIES = ("bert/BertModel", "roberta/RobertaModel", "electra/ElectraModel",
             "distilbert/DistilBertModel", "deberta/DebertaModel", "deberta-v2/DebertaV2Model",
-            "mpnet")
+            "mpnet", "albert-groups")
 SENTS = ["the movie was a gorgeous , witty , seductive thing .", "dull",
          "a film that proves its point a little too well"]
 
