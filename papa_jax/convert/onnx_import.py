@@ -1,0 +1,300 @@
+"""ONNX exports of BERT encoders -> (`EncoderConfig`, Hugging Face-named state dict).
+
+Weights are named by their initializer when it carries the Hugging Face name (any
+prefix, e.g. `model.0.auto_model.`), else by the module path in the name of the node
+that consumes them (`/…/encoder/layer.0/attention/self/query/MatMul` ->
+`encoder.layer.0.attention.self.query.weight`); their layout (a MatMul's `(in, out)`,
+a Transpose'd or Gemm `(out, in)`) is read from that node, never guessed from shapes.
+The architecture comes from the graph: sizes from the weights, heads from the
+attention reshapes and the score scale, the LayerNorm epsilon from its nodes, the
+activation from the feed-forward ops. Anything else is refused by name. No torch.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from papa_jax.convert.onnx_graph import (Graph, attr, identity_outputs, load_model, own_uses,
+                                          shape_tail)
+from papa_jax.models.config import EncoderConfig
+
+# `prefix.` + a BERT module path (the part Hugging Face's BertModel names).
+HF_PART = re.compile(r"(?:^|\.)((?:embeddings|encoder\.layer\.\d+|pooler)(?:\.\w+)*)$")
+QUANTISED_OPS = {"DequantizeLinear", "QuantizeLinear", "DynamicQuantizeLinear",
+                 "MatMulInteger", "QLinearMatMul", "QGemm", "QAttention", "MatMulNBits",
+                 "DynamicQuantizeMatMul", "GatherBlockQuantized"}
+FUSED_OPS = {"Attention", "MultiHeadAttention", "EmbedLayerNormalization",
+             "SkipLayerNormalization", "SkipSimplifiedLayerNormalization", "FastGelu",
+             "BiasGelu", "FusedMatMul", "SimplifiedLayerNormalization"}
+ACTIVATION_OPS = {"Erf": "gelu", "Tanh": "gelu_new", "Relu": "relu", "Sigmoid": "silu"}
+
+
+def _hf_part(name: str) -> tuple[str, str] | None:
+  """(prefix, BERT module path) of a dotted name, or None."""
+  m = HF_PART.search(name)
+  return (name[:m.start(1)], m.group(1)) if m else None
+
+
+def _node_module(node) -> str | None:
+  """`/m/encoder/layer.0/attention/self/query/MatMul` -> `encoder.layer.0.attention.self.query`."""
+  parts = [p for p in node.name.split("/") if p][:-1]
+  hit = _hf_part(".".join(parts)) if parts else None
+  return hit[1] if hit else None
+
+
+def _use_meaning(g: Graph, node, index: int) -> tuple[str, bool] | None:
+  """(parameter suffix, stored as (in, out)) that one use gives a weight, or None."""
+  op = node.op_type
+  if op == "MatMul" and index == 1:
+    return "weight", True
+  if op == "Transpose" and list(attr(node, "perm", [1, 0])) == [1, 0]:
+    later = g.direct_uses(node.output[0])
+    if later and all(n.op_type == "MatMul" and i == 1 for n, i in later):
+      return "weight", False
+    return None
+  if op == "Gemm" and index in (1, 2) and not attr(node, "transA", 0):
+    return ("weight", not attr(node, "transB", 0)) if index == 1 else ("bias", False)
+  if op == "Gather" and index == 0:
+    return "weight", False
+  if op == "LayerNormalization" and index in (1, 2):
+    return ("weight", "bias")[index - 1], False
+  if op in ("Add", "Mul"):  # Linear biases; decomposed LayerNorm scale and shift.
+    return ("bias" if op == "Add" else "weight"), False
+  return None
+
+
+def _weight_name(g: Graph, name: str) -> tuple[str, str, bool]:
+  """(prefix, Hugging Face name, stored as (in, out)) of one weight tensor."""
+  uses = own_uses(g, name)
+  meanings = set()
+  for node, i in uses:
+    meaning = _use_meaning(g, node, i)
+    if meaning is None:
+      raise g.refuse(f"initializer {name!r} {list(g.array(name).shape)} feeds a "
+                     f"{node.op_type} node {node.name!r} (input {i}), which this importer "
+                     "does not understand as a BERT weight.")
+    module = _node_module(node)
+    if module is None and node.op_type == "Transpose":
+      module = _node_module(g.direct_uses(node.output[0])[0][0])
+    meanings.add((module, *meaning))
+  if len(meanings) > 1:
+    raise g.refuse(f"initializer {name!r} is used as several different weights "
+                   f"{sorted(meanings, key=str)}; cannot tell which it is.")
+  module, suffix, in_out = meanings.pop()
+  own = _hf_part(name)
+  if own is not None:
+    if module is not None and own[1] != f"{module}.{suffix}":
+      raise g.refuse(f"initializer {name!r} is consumed as {module}.{suffix} (node "
+                     f"{uses[0][0].name!r}): its name and its use disagree.")
+    return own[0], own[1], in_out
+  if module is None:
+    raise g.refuse(f"initializer {name!r} {list(g.array(name).shape)} has no Hugging Face "
+                   f"name and its consumer {uses[0][0].op_type} {uses[0][0].name!r} names "
+                   "no BERT module (embeddings / encoder.layer.N / pooler); cannot tell "
+                   "which weight it is.")
+  return "", f"{module}.{suffix}", in_out
+
+
+def state_dict_from_graph(g: Graph) -> dict[str, np.ndarray]:
+  """Every weight under its Hugging Face BertModel name, torch layout `(out, in)`."""
+  for n in g.nodes:
+    if n.op_type in QUANTISED_OPS or n.op_type in FUSED_OPS or n.domain not in ("", "ai.onnx"):
+      kind = "quantised" if n.op_type in QUANTISED_OPS else "fused or custom"
+      raise g.refuse(f"node {n.name!r} is a {kind} op {n.domain or 'ai.onnx'}:{n.op_type}; "
+                     "only plain float exports of BERT encoders are supported (export "
+                     "without quantisation or onnxruntime graph optimisation).")
+    if n.op_type == "CumSum":
+      raise g.refuse(f"node {n.name!r} is a CumSum: position ids counted from the padding "
+                     "(RoBERTa-style); only BERT's absolute positions are supported.")
+  state: dict[str, np.ndarray] = {}
+  origin: dict[str, str] = {}
+  prefixes = set()
+  for name in g.inits:
+    arr = g.array(name)
+    if arr.dtype.kind in "iu" and arr.dtype.itemsize == 1:
+      raise g.refuse(f"initializer {name!r} is {arr.dtype} {list(arr.shape)}: a quantised "
+                     "export; only float weights are supported.")
+    if arr.dtype.kind != "f" or arr.size <= 1:
+      continue  # Shape constants, index buffers, scalars (scale, epsilon).
+    # A shared initializer (the exporter dedupes equal tensors) names each use apart.
+    names = [name] if own_uses(g, name) else []
+    names += identity_outputs(g, name)
+    for value_name in names:
+      prefix, hf, in_out = _weight_name(g, value_name)
+      if hf.startswith("pooler."):
+        continue
+      if hf in state:
+        raise g.refuse(f"initializers {origin[hf]!r} and {value_name!r} both map to {hf}.")
+      if prefix:
+        prefixes.add(prefix)
+      value = np.asarray(arr, np.float32)
+      state[hf] = np.ascontiguousarray(value.T) if in_out else value
+      origin[hf] = value_name
+  if len(prefixes) > 1:
+    raise g.refuse(f"weights carry different name prefixes {sorted(prefixes)}: more than "
+                   "one model in the graph?")
+  return state
+
+
+def _linear_output(g: Graph, hf_weight: str) -> list:
+  """The MatMul/Gemm nodes that apply the Linear weight `hf_weight` (by node module)."""
+  module = hf_weight.rsplit(".", 1)[0]
+  return [n for n in g.nodes if n.op_type in ("MatMul", "Gemm") and _node_module(n) == module
+          and any(x in g.inits or g.producer.get(x) is not None
+                  and g.producer[x].op_type in ("Transpose", "Identity") for x in n.input[1:2])]
+
+
+def _heads_from_reshapes(g: Graph, layers: int, hidden: int) -> set:
+  """(heads, head dim) of every query/key/value reshape to [..., heads, head_dim]."""
+  found = set()
+  for i in range(layers):
+    for part in ("query", "key", "value"):
+      for mm in _linear_output(g, f"encoder.layer.{i}.attention.self.{part}.weight"):
+        outs = [mm.output[0]] + [n.output[0] for n, _ in g.direct_uses(mm.output[0])
+                                 if n.op_type == "Add"]
+        for t in outs:
+          for n, j in g.direct_uses(t):
+            if n.op_type != "Reshape" or j != 0:
+              continue
+            tail = shape_tail(g, n.input[1])
+            if not tail or len(tail) < 2 or None in tail[-2:]:
+              continue
+            h, d = tail[-2:]
+            h, d = (hidden // d if h == -1 and d > 0 else h), (hidden // h if d == -1 and h > 0
+                                                              else d)
+            found.add((h, d))
+  return found
+
+
+def _head_dims_from_scale(g: Graph) -> set:
+  """Head dims d from the score scale before each Softmax (a Div by sqrt(d) or a Mul
+  by 1/sqrt(d) of a MatMul output)."""
+  found = set()
+  for sm in (n for n in g.nodes if n.op_type == "Softmax"):
+    frontier, seen = [sm.input[0]], set()
+    for _ in range(4):
+      nxt = []
+      for t in frontier:
+        n = g.producer.get(t)
+        if n is None or id(n) in seen:
+          continue
+        seen.add(id(n))
+        if n.op_type in ("Div", "Mul"):
+          c = g.scalar(n.input[1])
+          src = g.producer.get(n.input[0])
+          if c and src is not None and src.op_type == "MatMul":
+            found.add(round(c * c if n.op_type == "Div" else 1 / (c * c), 3))
+            continue
+        nxt += [x for x in n.input if g.const(x) is None]
+      frontier = nxt
+  return found
+
+
+def _epsilons(g: Graph) -> list[float]:
+  """LayerNorm epsilons: LayerNormalization attributes, or decomposed
+  ReduceMean/Pow/ReduceMean/Add(eps)/Sqrt patterns."""
+  eps = [float(attr(n, "epsilon", 1e-5)) for n in g.nodes if n.op_type == "LayerNormalization"]
+  for n in g.nodes:
+    add = g.producer.get(n.input[0]) if n.op_type == "Sqrt" else None
+    if add is None or add.op_type != "Add":
+      continue
+    for a, b in ((0, 1), (1, 0)):
+      c, src = g.scalar(add.input[b]), g.producer.get(add.input[a])
+      if c is not None and src is not None and src.op_type == "ReduceMean":
+        eps.append(c)
+  return [float(f"{e:.7g}") for e in eps]  # float32 attributes: 9.99999996e-13 -> 1e-12.
+
+
+def _activation(g: Graph, layer: int) -> str:
+  """The feed-forward activation between intermediate.dense and output.dense."""
+  k = f"encoder.layer.{layer}."
+  start = _linear_output(g, k + "intermediate.dense.weight")
+  stop = {id(n) for n in _linear_output(g, k + "output.dense.weight")}
+  if not start or not stop:
+    raise g.refuse(f"cannot find layer {layer}'s feed-forward MatMul nodes "
+                   "(intermediate.dense, output.dense) to read its activation.")
+  ops, frontier, seen = set(), [start[0].output[0]], set()
+  for _ in range(16):
+    nxt = []
+    for t in frontier:
+      for n, _ in g.uses.get(t, []):
+        if id(n) in stop or id(n) in seen:
+          continue
+        seen.add(id(n))
+        ops.add(n.op_type if n.op_type != "Gelu" else
+                ("Tanh" if attr(n, "approximate", "none") == "tanh" else "Erf"))
+        nxt += list(n.output)
+    frontier = nxt
+  acts = {ACTIVATION_OPS[o] for o in ops if o in ACTIVATION_OPS}
+  if len(acts) != 1:
+    raise g.refuse(f"layer {layer}'s feed-forward ops {sorted(ops)} show "
+                   f"{'no' if not acts else 'several'} known activation "
+                   f"({sorted(ACTIVATION_OPS)} or Gelu); cannot tell which it is.")
+  return acts.pop()
+
+
+def config_from_graph(g: Graph, state: dict[str, np.ndarray], name: str = "") -> EncoderConfig:
+  """The BERT architecture that the graph computes, or an error naming what is missing."""
+  def need(key: str) -> np.ndarray:
+    if key not in state:
+      raise g.refuse(f"no {key} in the graph (found {len(state)} BERT weights: "
+                     f"{sorted(state)[:6]} ...); not a BERT encoder export?")
+    return state[key]
+  vocab, hidden = need("embeddings.word_embeddings.weight").shape
+  max_pos = need("embeddings.position_embeddings.weight").shape[0]
+  types = state.get("embeddings.token_type_embeddings.weight")
+  indices = sorted({int(m.group(1)) for k in state
+                    if (m := re.match(r"encoder\.layer\.(\d+)\.", k))})
+  if not indices or indices != list(range(len(indices))):
+    raise g.refuse(f"encoder layers {indices} are not 0..N-1: a layer's weights are missing.")
+  layers = len(indices)
+  intermediate = need("encoder.layer.0.intermediate.dense.weight").shape[0]
+  shapes = _heads_from_reshapes(g, layers, hidden)
+  dims = _head_dims_from_scale(g)
+  if len(shapes) > 1 or not shapes and len(dims) != 1:
+    raise g.refuse(f"cannot tell the number of heads: attention reshapes give "
+                   f"{sorted(shapes)} (heads, head dim), score scales give head dims "
+                   f"{sorted(dims)}.")
+  heads, head_dim = shapes.pop() if shapes else (round(hidden / dims.pop()), None)
+  head_dim = head_dim or hidden // heads
+  if heads * head_dim != hidden or dims and dims != {float(head_dim)}:
+    raise g.refuse(f"attention of {heads} heads x {head_dim} does not match hidden size "
+                   f"{hidden} and score scales 1/sqrt({sorted(dims)}).")
+  eps = sorted(set(_epsilons(g)))
+  if len(eps) != 1:
+    raise g.refuse(f"LayerNorm epsilons {eps}: expected one value "
+                   f"({'none found' if not eps else 'they differ'}).")
+  acts = {_activation(g, i) for i in range(layers)}
+  if len(acts) != 1:
+    raise g.refuse(f"layers use different activations {sorted(acts)}.")
+  return EncoderConfig(
+      vocab_size=int(vocab), hidden_size=int(hidden), num_layers=layers, num_heads=int(heads),
+      intermediate_size=int(intermediate), max_position_embeddings=int(max_pos),
+      type_vocab_size=0 if types is None else int(types.shape[0]), hidden_act=acts.pop(),
+      layer_norm_eps=eps[0], family="bert", name=name)
+
+
+def read_onnx(path: str, name: str = "") -> tuple[EncoderConfig, dict[str, np.ndarray]]:
+  """(config, Hugging Face-named float32 state dict) of a BERT encoder's ONNX export."""
+  g = Graph(load_model(path).graph, path)
+  state = state_dict_from_graph(g)
+  return config_from_graph(g, state, name=name or path), state
+
+
+def hidden_state_output(path_or_model) -> str:
+  """The graph output that is the last hidden state [batch, tokens, hidden]: the one
+  the last layer's output LayerNorm produces (exports often give it an opaque name)."""
+  model = load_model(path_or_model) if isinstance(path_or_model, str) else path_or_model
+  g = Graph(model.graph, "ONNX graph")
+  state = state_dict_from_graph(g)
+  last = max(int(m.group(1)) for k in state if (m := re.match(r"encoder\.layer\.(\d+)\.", k)))
+  module = f"encoder.layer.{last}.output.LayerNorm"
+  for out in g.outputs:
+    n = g.producer.get(out)
+    while n is not None and n.op_type == "Identity":
+      n = g.producer.get(n.input[0])
+    if n is not None and (_node_module(n) or "").startswith(module):
+      return out
+  raise g.refuse(f"no graph output comes from {module}; outputs: {g.outputs}.")
