@@ -38,9 +38,11 @@ def load_model(path: str):
 class Graph:
   """Producer/consumer indices and constants of an ONNX graph."""
 
-  def __init__(self, graph, source: str):
+  def __init__(self, model, source: str):
     from onnx import numpy_helper  # pylint: disable=import-outside-toplevel
     self.source = source
+    graph = model.graph
+    self.opset_import = list(model.opset_import)
     self.nodes = list(graph.node)
     self.inits = {t.name: t for t in graph.initializer}
     self.outputs = [o.name for o in graph.output]

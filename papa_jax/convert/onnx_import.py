@@ -19,6 +19,7 @@ import numpy as np
 from papa_jax.convert.onnx_graph import (Graph, attr, identity_outputs, load_model, own_uses,
                                           shape_tail)
 from papa_jax.models.config import EncoderConfig
+from papa_jax.models.encoder import activation
 
 # `prefix.` + a BERT module path (the part Hugging Face's BertModel names).
 HF_PART = re.compile(r"(?:^|\.)((?:embeddings|encoder\.layer\.\d+|pooler)(?:\.\w+)*)$")
@@ -28,7 +29,6 @@ QUANTISED_OPS = {"DequantizeLinear", "QuantizeLinear", "DynamicQuantizeLinear",
 FUSED_OPS = {"Attention", "MultiHeadAttention", "EmbedLayerNormalization",
              "SkipLayerNormalization", "SkipSimplifiedLayerNormalization", "FastGelu",
              "BiasGelu", "FusedMatMul", "SimplifiedLayerNormalization"}
-ACTIVATION_OPS = {"Erf": "gelu", "Tanh": "gelu_new", "Relu": "relu", "Sigmoid": "silu"}
 
 
 def _hf_part(name: str) -> tuple[str, str] | None:
@@ -208,31 +208,50 @@ def _epsilons(g: Graph) -> list[float]:
 
 
 def _activation(g: Graph, layer: int) -> str:
-  """The feed-forward activation between intermediate.dense and output.dense."""
+  """The feed-forward activation between intermediate.dense and output.dense, found by
+  running that part of the graph (onnx's reference evaluator) against each of ours."""
+  from onnx import TensorProto, helper, numpy_helper  # pylint: disable=import-outside-toplevel
+  from onnx.reference import ReferenceEvaluator  # pylint: disable=import-outside-toplevel
   k = f"encoder.layer.{layer}."
   start = _linear_output(g, k + "intermediate.dense.weight")
-  stop = {id(n) for n in _linear_output(g, k + "output.dense.weight")}
+  stop = _linear_output(g, k + "output.dense.weight")
   if not start or not stop:
     raise g.refuse(f"cannot find layer {layer}'s feed-forward MatMul nodes "
                    "(intermediate.dense, output.dense) to read its activation.")
-  ops, frontier, seen = set(), [start[0].output[0]], set()
-  for _ in range(16):
-    nxt = []
-    for t in frontier:
-      for n, _ in g.uses.get(t, []):
-        if id(n) in stop or id(n) in seen:
-          continue
+  x_name = start[0].output[0]
+  adds = [n for n, _ in g.uses.get(x_name, []) if n.op_type == "Add"]
+  x_name = adds[0].output[0] if len(adds) == 1 else x_name  # After the bias.
+  end, seen, frontier = stop[0].input[0], set(), [x_name]
+  while frontier and len(seen) < 64:
+    t = frontier.pop()
+    for n, _ in g.uses.get(t, []) if t != end else []:
+      if n is not stop[0] and id(n) not in seen:
         seen.add(id(n))
-        ops.add(n.op_type if n.op_type != "Gelu" else
-                ("Tanh" if attr(n, "approximate", "none") == "tanh" else "Erf"))
-        nxt += list(n.output)
-    frontier = nxt
-  acts = {ACTIVATION_OPS[o] for o in ops if o in ACTIVATION_OPS}
-  if len(acts) != 1:
-    raise g.refuse(f"layer {layer}'s feed-forward ops {sorted(ops)} show "
-                   f"{'no' if not acts else 'several'} known activation "
-                   f"({sorted(ACTIVATION_OPS)} or Gelu); cannot tell which it is.")
-  return acts.pop()
+        frontier += list(n.output)
+  inside = [n for n in g.nodes if id(n) in seen]  # Graph order is topological.
+  ops = sorted({n.op_type for n in inside})
+  made = {o for n in inside for o in n.output} | {x_name}
+  consts = {}
+  for t in {t for n in inside for t in n.input if t and t not in made}:
+    v = g.const(t)
+    if v is None:
+      raise g.refuse(f"layer {layer}'s activation ({ops}) reads {t!r}, not only its input.")
+    consts[t] = numpy_helper.from_array(np.asarray(v), t)
+  info = lambda t: helper.make_tensor_value_info(t, TensorProto.FLOAT, None)  # noqa: E731
+  sub = helper.make_model(helper.make_graph(inside, "act", [info(x_name)], [info(end)],
+                                            list(consts.values())),
+                          opset_imports=g.opset_import, ir_version=8)
+  x = np.linspace(-8, 8, 321, dtype=np.float32).reshape(1, 1, -1)
+  try:
+    y = np.asarray(ReferenceEvaluator(sub).run(None, {x_name: x})[0], np.float64)
+  except Exception as e:  # An op the evaluator lacks, or a non-elementwise path.
+    raise g.refuse(f"could not evaluate layer {layer}'s activation ops {ops}: {e}") from e
+  found = [a for a in ("gelu", "gelu_new", "relu", "silu")
+           if y.shape == x.shape and np.abs(np.asarray(activation(a)(x)) - y).max() < 1e-5]
+  if not found:
+    raise g.refuse(f"layer {layer}'s feed-forward activation (ops {ops}) is none of gelu, "
+                   "gelu_new (tanh approximation), relu, silu.")
+  return found[0]
 
 
 def config_from_graph(g: Graph, state: dict[str, np.ndarray], name: str = "") -> EncoderConfig:
@@ -278,7 +297,7 @@ def config_from_graph(g: Graph, state: dict[str, np.ndarray], name: str = "") ->
 
 def read_onnx(path: str, name: str = "") -> tuple[EncoderConfig, dict[str, np.ndarray]]:
   """(config, Hugging Face-named float32 state dict) of a BERT encoder's ONNX export."""
-  g = Graph(load_model(path).graph, path)
+  g = Graph(load_model(path), path)
   state = state_dict_from_graph(g)
   return config_from_graph(g, state, name=name or path), state
 
@@ -287,7 +306,7 @@ def hidden_state_output(path_or_model) -> str:
   """The graph output that is the last hidden state [batch, tokens, hidden]: the one
   the last layer's output LayerNorm produces (exports often give it an opaque name)."""
   model = load_model(path_or_model) if isinstance(path_or_model, str) else path_or_model
-  g = Graph(model.graph, "ONNX graph")
+  g = Graph(model, "ONNX graph")
   state = state_dict_from_graph(g)
   last = max(int(m.group(1)) for k in state if (m := re.match(r"encoder\.layer\.(\d+)\.", k)))
   module = f"encoder.layer.{last}.output.LayerNorm"

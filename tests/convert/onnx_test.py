@@ -51,7 +51,7 @@ def _minilm_tokenizer_dir() -> str:
   return os.path.join(list(spec.submodule_search_locations)[0], "model")
 
 
-def _export(model, path, fold: bool) -> None:
+def _export(model, path, fold: bool = True, opset: int = 17) -> None:
   """TorchScript export; constant folding stores Linear weights as onnx::MatMul_N (in, out)."""
   import torch
 
@@ -61,11 +61,11 @@ def _export(model, path, fold: bool) -> None:
       self.bert = bert
 
     def forward(self, ids, mask):
-      return self.bert(input_ids=ids, attention_mask=mask).last_hidden_state
+      return self.bert(input_ids=ids, attention_mask=mask, use_cache=False).last_hidden_state
 
   ids = torch.ones((2, 5), dtype=torch.int64)
   torch.onnx.export(Wrapper(model), (ids, torch.ones_like(ids)), str(path), dynamo=False,
-                    input_names=["input_ids", "attention_mask"], opset_version=17,
+                    input_names=["input_ids", "attention_mask"], opset_version=opset,
                     dynamic_axes={k: {0: "b", 1: "t"} for k in ("input_ids", "attention_mask")},
                     do_constant_folding=fold)
 
@@ -74,7 +74,9 @@ def _export(model, path, fold: bool) -> None:
 def tiny(tmp_path_factory):
   """A random BertModel (every tensor perturbed, so no two are equal) saved for HF, and
   its ONNX exports: "anonymous" (onnx::MatMul_N), "named" (HF names), "zero_bias"
-  (HF's own init: equal zero biases, which the exporter shares through Identity)."""
+  (HF's own init: equal zero biases, which the exporter shares through Identity);
+  "decomposed": tanh GELU and epsilon 1e-7 at opset 14 (LayerNorm as ReduceMean, Pow,
+  Sqrt, Div, Mul, Add); "gpt2": a decoder."""
   torch = pytest.importorskip("torch")
   root = tmp_path_factory.mktemp("onnx_bert")
   config, cls = hf_oracle.spec("bert")
@@ -89,6 +91,19 @@ def tiny(tmp_path_factory):
   model.save_pretrained(str(root / "hf"))
   _export(model, root / "anonymous.onnx", fold=True)
   _export(model, root / "named.onnx", fold=False)
+  torch.manual_seed(1)
+  tanh = cls(config.__class__(**{**config.to_dict(), "hidden_act": "gelu_new",
+                                 "layer_norm_eps": 1e-7}), add_pooling_layer=False).eval()
+  tanh.config._attn_implementation = "eager"
+  with torch.no_grad():
+    for p in tanh.parameters():
+      p.add_(0.05 * torch.randn_like(p))
+  tanh.save_pretrained(str(root / "hf_decomposed"))
+  _export(tanh, root / "decomposed.onnx", opset=14)
+  import transformers as tr
+  gpt2 = tr.GPT2Model(tr.GPT2Config(vocab_size=99, n_embd=32, n_layer=2, n_head=4,
+                                     n_positions=64, bos_token_id=0, eos_token_id=0)).eval()
+  _export(gpt2, root / "gpt2.onnx")
   return root
 
 
@@ -99,10 +114,10 @@ def _ort(path, ids, mask):
   return dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feed)))[out]
 
 
-@pytest.mark.parametrize("style", ["anonymous", "named", "zero_bias"])
+@pytest.mark.parametrize("style", ["anonymous", "named", "zero_bias", "decomposed"])
 def test_convert_tiny_export_matches_hf_and_onnxruntime(tiny, style):
   from safetensors.numpy import load_file
-  hf_dir = tiny / ("hf_zero" if style == "zero_bias" else "hf")
+  hf_dir = tiny / {"zero_bias": "hf_zero", "decomposed": "hf_decomposed"}.get(style, "hf")
   config, state = onnx_import.read_onnx(str(tiny / f"{style}.onnx"))
   want = hf_config.encoder_config_from_hf(hf_config.read_config_json(str(hf_dir)))
   assert config.architecture_dict() == want.architecture_dict()
@@ -184,15 +199,19 @@ def _reshape_weight(graph):
     (_drop_initializer("layer.2.output.LayerNorm.weight"), "anonymous",
      r"missing keys \['encoder.layer.2.output.LayerNorm.weight'\]"),
     (_rename_consumer, "anonymous", r"onnx::MatMul_\d+.*names no BERT module"),
-    (_reshape_weight, "named", r"layer_1.*output.*kernel.*checkpoint \(90, 64\) vs config \(96, 64\)"),
+    (_reshape_weight, "named",
+     r"layer_1.*output.*kernel.*checkpoint \(90, 64\) vs config \(96, 64\)"),
 ])
 def test_invalid_graph_is_refused_by_name(tiny, tmp_path, edit, style, match):
   with pytest.raises(ValueError, match=match):
     pj.load_pretrained(_mutated(tiny, tmp_path, edit, style))
 
 
-def test_invalid_quantised_truncated_and_missing_onnx(tiny, tmp_path, monkeypatch):
+def test_invalid_decoder_quantised_truncated_and_missing_onnx(tiny, tmp_path, monkeypatch):
   from onnxruntime.quantization import QuantType, quantize_dynamic
+  with pytest.raises(ValueError, match=r"'bert.wte.weight' \[99, 32\] has no Hugging Face "
+                     "name and its consumer Gather '/bert/wte/Gather' names no BERT module"):
+    pj.load_pretrained(str(tiny / "gpt2.onnx"))
   quant = tmp_path / "int8.onnx"
   quantize_dynamic(str(tiny / "anonymous.onnx"), str(quant), weight_type=QuantType.QInt8)
   with pytest.raises(ValueError, match="quantised"):
