@@ -15,7 +15,7 @@ import pytest
 
 import papa_jax as pj
 from papa_jax import tokenization
-from papa_jax.convert import hf_config, onnx_graph, onnx_import
+from papa_jax.convert import hf_config, onnx_import
 from tests import hf_oracle
 
 onnx = pytest.importorskip("onnx")
@@ -207,6 +207,35 @@ def test_invalid_graph_is_refused_by_name(tiny, tmp_path, edit, style, match):
     pj.load_pretrained(_mutated(tiny, tmp_path, edit, style))
 
 
+def _opaque_head_reshapes(graph):
+  for n in graph.node:
+    if n.op_type == "Reshape" and "/attention/self/" in n.name:
+      n.input[1] = "runtime_shape"  # Neither a constant nor a Concat of known sizes.
+
+
+def _scale(value):
+  def edit(graph):
+    from onnx import numpy_helper
+    for n in graph.node:
+      if n.op_type == "Mul" and n.name.endswith("layer.1/attention/self/Mul"):
+        const = next(c for c in graph.node if c.output[0] == n.input[1])
+        const.attribute[0].t.CopyFrom(numpy_helper.from_array(np.float32(value)))
+  return edit
+
+
+def test_convert_heads_from_reshapes_or_score_scale(tiny, tmp_path):
+  """Heads come from the q/k/v reshapes, else from the score scale; a scale that is not
+  1/sqrt(head dim), or neither source, is refused."""
+  def read(*edits):
+    return onnx_import.read_onnx(_mutated(tiny, tmp_path, lambda g: [e(g) for e in edits],
+                                          "anonymous"))[0]
+  assert read().num_heads == read(_opaque_head_reshapes).num_heads == 4
+  with pytest.raises(ValueError, match=r"4 heads x 16 .* score scales 1/sqrt\(\[10.0, 16.0\]"):
+    read(_scale(10 ** -0.5))
+  with pytest.raises(ValueError, match="cannot tell the number of heads"):
+    read(_opaque_head_reshapes, _scale(1.0))
+
+
 def test_invalid_decoder_quantised_truncated_and_missing_onnx(tiny, tmp_path, monkeypatch):
   from onnxruntime.quantization import QuantType, quantize_dynamic
   with pytest.raises(ValueError, match=r"'bert.wte.weight' \[99, 32\] has no Hugging Face "
@@ -224,8 +253,8 @@ def test_invalid_decoder_quantised_truncated_and_missing_onnx(tiny, tmp_path, mo
   with pytest.raises(FileNotFoundError, match="does not exist"):
     pj.load_pretrained(str(tmp_path / "absent.onnx"))
   monkeypatch.setitem(__import__("sys").modules, "onnx", None)
-  with pytest.raises(ImportError, match="pip install onnx onnxruntime"):
-    onnx_graph.import_onnx()
+  with pytest.raises(ImportError, match=r"needs the `onnx` package: pip install onnx onnxrunt"):
+    pj.load_pretrained(str(tiny / "anonymous.onnx"))
 
 
 @pytest.fixture(scope="module")
