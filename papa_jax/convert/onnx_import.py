@@ -26,6 +26,8 @@ HF_PART = re.compile(r"(?:^|\.)((?:embeddings|encoder\.layer\.\d+|pooler)(?:\.\w
 QUANTISED_OPS = {"DequantizeLinear", "QuantizeLinear", "DynamicQuantizeLinear",
                  "MatMulInteger", "QLinearMatMul", "QGemm", "QAttention", "MatMulNBits",
                  "DynamicQuantizeMatMul", "GatherBlockQuantized"}
+# Module names of Hugging Face task heads: their weights are left out.
+TASK_HEADS = {"cls", "classifier", "pre_classifier", "qa_outputs", "lm_head"}
 FUSED_OPS = {"Attention", "MultiHeadAttention", "EmbedLayerNormalization",
              "SkipLayerNormalization", "SkipSimplifiedLayerNormalization", "FastGelu",
              "BiasGelu", "FusedMatMul", "SimplifiedLayerNormalization"}
@@ -65,9 +67,17 @@ def _use_meaning(g: Graph, node, index: int) -> tuple[str, bool] | None:
   return None
 
 
-def _weight_name(g: Graph, name: str) -> tuple[str, str, bool]:
-  """(prefix, Hugging Face name, stored as (in, out)) of one weight tensor."""
-  uses = own_uses(g, name)
+def _in_head(node) -> bool:
+  """The node belongs to a task head (`/cls/predictions/…`, `/classifier/…`)."""
+  return any(p in TASK_HEADS for p in node.name.split("/")[:-1])
+
+
+def _weight_name(g: Graph, name: str) -> tuple[str, str, bool] | None:
+  """(prefix, Hugging Face name, stored as (in, out)) of one weight tensor; None for a
+  task head's own weight (a tied decoder still names the word embeddings)."""
+  uses = [(n, i) for n, i in own_uses(g, name) if not _in_head(n)]
+  if not uses:
+    return None
   meanings = set()
   for node, i in uses:
     meaning = _use_meaning(g, node, i)
@@ -122,9 +132,10 @@ def state_dict_from_graph(g: Graph) -> dict[str, np.ndarray]:
     names = [name] if own_uses(g, name) else []
     names += identity_outputs(g, name)
     for value_name in names:
-      prefix, hf, in_out = _weight_name(g, value_name)
-      if hf.startswith("pooler."):
+      named = _weight_name(g, value_name)
+      if named is None or named[1].startswith("pooler."):
         continue
+      prefix, hf, in_out = named
       if hf in state:
         raise g.refuse(f"initializers {origin[hf]!r} and {value_name!r} both map to {hf}.")
       if prefix:

@@ -51,7 +51,8 @@ def _minilm_tokenizer_dir() -> str:
   return os.path.join(list(spec.submodule_search_locations)[0], "model")
 
 
-def _export(model, path, fold: bool = True, opset: int = 17) -> None:
+def _export(model, path, fold: bool = True, opset: int = 17, output="last_hidden_state",
+            **kwargs) -> None:
   """TorchScript export; constant folding stores Linear weights as onnx::MatMul_N (in, out)."""
   import torch
 
@@ -61,7 +62,7 @@ def _export(model, path, fold: bool = True, opset: int = 17) -> None:
       self.bert = bert
 
     def forward(self, ids, mask):
-      return self.bert(input_ids=ids, attention_mask=mask, use_cache=False).last_hidden_state
+      return getattr(self.bert(input_ids=ids, attention_mask=mask, **kwargs), output)
 
   ids = torch.ones((2, 5), dtype=torch.int64)
   torch.onnx.export(Wrapper(model), (ids, torch.ones_like(ids)), str(path), dynamo=False,
@@ -103,7 +104,7 @@ def tiny(tmp_path_factory):
   import transformers as tr
   gpt2 = tr.GPT2Model(tr.GPT2Config(vocab_size=99, n_embd=32, n_layer=2, n_head=4,
                                      n_positions=64, bos_token_id=0, eos_token_id=0)).eval()
-  _export(gpt2, root / "gpt2.onnx")
+  _export(gpt2, root / "gpt2.onnx", use_cache=False)
   return root
 
 
@@ -139,6 +140,23 @@ def test_convert_tiny_export_matches_hf_and_onnxruntime(tiny, style):
     np.testing.assert_allclose(np.asarray(a).sum(-1), 1.0, atol=1e-5)
   graph_out = _ort(tiny / f"{style}.onnx", ids, mask)
   assert np.abs(np.asarray(ours.hidden_states[-1]) - graph_out)[m].max() <= 1e-5
+
+
+def test_convert_task_model_exports_keep_the_encoder(tmp_path):
+  """BertForMaskedLM (decoder tied to the word embeddings) and a classifier: the head's
+  weights are left out, the encoder's come out under BertModel names, bit-identical."""
+  torch = pytest.importorskip("torch")
+  import transformers as tr
+  config, _ = hf_oracle.spec("bert")
+  for cls in (tr.BertForMaskedLM, tr.BertForSequenceClassification):
+    torch.manual_seed(0)
+    model = cls(config).eval()
+    _export(model, tmp_path / "head.onnx", output="logits")
+    _, state = onnx_import.read_onnx(str(tmp_path / "head.onnx"))
+    ref = {k: v.numpy() for k, v in model.bert.state_dict().items() if not k.startswith("pool")}
+    assert sorted(state) == sorted(ref), cls.__name__
+    for k, v in ref.items():
+      np.testing.assert_array_equal(state[k], v, err_msg=k)
 
 
 def test_load_onnx_folder_tokenizer_and_fingerprint(tiny, tmp_path):
