@@ -16,8 +16,8 @@ import re
 
 import numpy as np
 
-from papa_jax.convert.onnx_graph import (Graph, attr, identity_outputs, load_model, own_uses,
-                                          shape_tail)
+from papa_jax.convert.onnx_graph import (INSTALL, Graph, attr, identity_outputs, load_model,
+                                          own_uses, shape_tail)
 from papa_jax.models.config import EncoderConfig
 from papa_jax.models.encoder import activation
 
@@ -328,3 +328,26 @@ def hidden_state_output(path_or_model) -> str:
     if n is not None and (_node_module(n) or "").startswith(module):
       return out
   raise g.refuse(f"no graph output comes from {module}; outputs: {g.outputs}.")
+
+
+def graph_difference(model, path: str, input_ids, attention_mask) -> float:
+  """Max |our last hidden state - the ONNX graph's own (onnxruntime)| at real tokens.
+
+  A check of a conversion against the file it came from. `model` is the loaded
+  `Pretrained`; the graph may also take `token_type_ids` (fed zeros, as ours are).
+  """
+  try:
+    import onnxruntime  # pylint: disable=import-outside-toplevel
+  except ImportError as e:
+    raise ImportError(f"Running the ONNX graph needs onnxruntime: {INSTALL}.") from e
+  ids, mask = np.asarray(input_ids, np.int64), np.asarray(attention_mask, np.int64)
+  sess = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+  feed = {}
+  for i in sess.get_inputs():
+    if i.name not in ("input_ids", "attention_mask", "token_type_ids"):
+      raise ValueError(f"{path}: graph input {i.name!r} is none of input_ids, "
+                       "attention_mask, token_type_ids.")
+    feed[i.name] = {"input_ids": ids, "attention_mask": mask}.get(i.name, np.zeros_like(ids))
+  ref = sess.run([hidden_state_output(str(path))], feed)[0]
+  ours = np.asarray(model.apply(ids, mask).hidden_states[-1])
+  return float(np.abs(ours - ref)[mask.astype(bool)].max())
