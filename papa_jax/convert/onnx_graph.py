@@ -53,6 +53,7 @@ class Graph:
         self.uses[name].append((n, i))
     self._np = numpy_helper
     self._arrays: dict[str, np.ndarray] = {}
+    self.weight_tensors: dict[str, str] = {}  # HF name -> tensor, once weights are named.
 
   def array(self, name: str) -> np.ndarray:
     if name not in self._arrays:

@@ -146,15 +146,16 @@ def state_dict_from_graph(g: Graph) -> dict[str, np.ndarray]:
   if len(prefixes) > 1:
     raise g.refuse(f"weights carry different name prefixes {sorted(prefixes)}: more than "
                    "one model in the graph?")
+  g.weight_tensors = origin
   return state
 
 
 def _linear_output(g: Graph, hf_weight: str) -> list:
-  """The MatMul/Gemm nodes that apply the Linear weight `hf_weight` (by node module)."""
-  module = hf_weight.rsplit(".", 1)[0]
-  return [n for n in g.nodes if n.op_type in ("MatMul", "Gemm") and _node_module(n) == module
-          and any(x in g.inits or g.producer.get(x) is not None
-                  and g.producer[x].op_type in ("Transpose", "Identity") for x in n.input[1:2])]
+  """The MatMul/Gemm nodes that apply the Linear weight `hf_weight` (directly or
+  through a Transpose)."""
+  uses = g.direct_uses(g.weight_tensors.get(hf_weight, ""))
+  uses += [u for n, _ in uses if n.op_type == "Transpose" for u in g.direct_uses(n.output[0])]
+  return [n for n, i in uses if n.op_type in ("MatMul", "Gemm") and i == 1]
 
 
 def _heads_from_reshapes(g: Graph, layers: int, hidden: int) -> set:
@@ -317,17 +318,19 @@ def hidden_state_output(path_or_model) -> str:
   """The graph output that is the last hidden state [batch, tokens, hidden]: the one
   the last layer's output LayerNorm produces (exports often give it an opaque name)."""
   model = load_model(path_or_model) if isinstance(path_or_model, str) else path_or_model
-  g = Graph(model, "ONNX graph")
+  g = Graph(model, getattr(path_or_model, "name", "") or str(path_or_model)[:200])
   state = state_dict_from_graph(g)
   last = max(int(m.group(1)) for k in state if (m := re.match(r"encoder\.layer\.(\d+)\.", k)))
-  module = f"encoder.layer.{last}.output.LayerNorm"
+  bias = f"encoder.layer.{last}.output.LayerNorm.bias"  # Its consumer ends the LayerNorm.
+  ends = {n.output[0] for n, _ in g.direct_uses(g.weight_tensors.get(bias, ""))}
   for out in g.outputs:
-    n = g.producer.get(out)
-    while n is not None and n.op_type == "Identity":
-      n = g.producer.get(n.input[0])
-    if n is not None and (_node_module(n) or "").startswith(module):
+    t = out
+    while t not in ends and g.producer.get(t) is not None and g.producer[t].op_type == "Identity":
+      t = g.producer[t].input[0]
+    if t in ends:
       return out
-  raise g.refuse(f"no graph output comes from {module}; outputs: {g.outputs}.")
+  raise g.refuse(f"no graph output comes from the last layer's output LayerNorm; "
+                 f"outputs: {g.outputs}.")
 
 
 def graph_difference(model, path: str, input_ids, attention_mask) -> float:

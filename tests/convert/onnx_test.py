@@ -246,6 +246,21 @@ def test_convert_heads_from_reshapes_or_score_scale(tiny, tmp_path):
     read(_opaque_head_reshapes, _scale(1.0))
 
 
+def test_convert_hf_named_weights_need_no_node_names(tiny, tmp_path):
+  """With HF-named initializers, the weights, heads, activation and the hidden-state
+  output are found by following the weights; node names are not needed."""
+  def strip(graph):
+    for n in graph.node:
+      n.name = ""
+  path = _mutated(tiny, tmp_path, strip, "named")
+  config, state = onnx_import.read_onnx(path)
+  want, ref = onnx_import.read_onnx(str(tiny / "named.onnx"))
+  assert config.architecture_dict() == want.architecture_dict()
+  assert sorted(state) == sorted(ref) and all(np.array_equal(state[k], ref[k]) for k in ref)
+  assert onnx_import.hidden_state_output(path) == onnx_import.hidden_state_output(
+      str(tiny / "named.onnx"))
+
+
 def test_invalid_decoder_quantised_truncated_and_missing_onnx(tiny, tmp_path, monkeypatch):
   from onnxruntime.quantization import QuantType, quantize_dynamic
   with pytest.raises(ValueError, match=r"'bert.wte.weight' \[99, 32\] has no Hugging Face "
