@@ -5,9 +5,12 @@ prefix, e.g. `model.0.auto_model.`), else by the module path in the name of the 
 that consumes them (`/…/encoder/layer.0/attention/self/query/MatMul` ->
 `encoder.layer.0.attention.self.query.weight`); their layout (a MatMul's `(in, out)`,
 a Transpose'd or Gemm `(out, in)`) is read from that node, never guessed from shapes.
+Task heads (`cls.`, `classifier.`, ...) and the pooler are left out, as for safetensors.
 The architecture comes from the graph: sizes from the weights, heads from the
-attention reshapes and the score scale, the LayerNorm epsilon from its nodes, the
-activation from the feed-forward ops. Anything else is refused by name. No torch.
+attention reshapes and the score scale, the LayerNorm epsilon from its nodes (fused or
+decomposed), the activation by evaluating the feed-forward activation subgraph against
+ours. Quantised, fused (onnxruntime-optimised) and non-BERT graphs are refused by name.
+No torch.
 """
 
 from __future__ import annotations
