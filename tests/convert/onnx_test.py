@@ -164,7 +164,12 @@ def test_load_onnx_folder_tokenizer_and_fingerprint(tiny, tmp_path):
   a = pj.load_pretrained(str(folder))
   b = pj.load_pretrained(str(tiny / "anonymous.onnx"), tokenizer_dir=tok_dir)
   assert a.fingerprint == b.fingerprint
-  assert a.fingerprint != pj.load_pretrained(str(tiny / "anonymous.onnx")).fingerprint
+  bare = pj.load_pretrained(str(tiny / "anonymous.onnx"))
+  assert a.fingerprint != bare.fingerprint
+  with pytest.raises(tokenization.TokenizerError, match="tokenizer_dir"):
+    bare.tokenizer()
+  with pytest.raises(tokenization.TokenizerError, match="30522 tokens but the model's embed"):
+    a.tokenizer()  # The tiny model's 120 embeddings do not fit MiniLM's vocabulary.
   # The other naming style of the same weights is the same model; other weights are not.
   assert a.fingerprint == pj.load_pretrained(str(tiny / "named.onnx"),
                                              tokenizer_dir=tok_dir).fingerprint
