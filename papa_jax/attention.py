@@ -35,10 +35,15 @@ StaticHeads = tuple[tuple[bool, ...], ...]
 # Probabilities from scores (the two masking conventions of the families).
 
 
-def softmax_with_key_mask(scores: Array, mask: Array) -> Array:
-  """BERT-style: additive `finfo.min` on pad keys; pad queries stay dense."""
+def softmax_with_key_mask(scores: Array, mask: Array, window: Array | None = None) -> Array:
+  """BERT-style: additive `finfo.min` on pad keys; pad queries stay dense.
+
+  `window` (`[L, L]` bool, a local layer's visible pairs) masks the same way,
+  once per pair, as Hugging Face's sliding-window masks do.
+  """
   neg = jnp.finfo(scores.dtype).min
-  bias = jnp.where(mask[:, None, None, :], 0.0, neg).astype(scores.dtype)
+  keep = mask[:, None, None, :] if window is None else mask[:, None, None, :] & window
+  bias = jnp.where(keep, 0.0, neg).astype(scores.dtype)
   return jax.nn.softmax(scores + bias, axis=-1)
 
 

@@ -10,6 +10,7 @@ import json
 import os
 from typing import Any
 
+from papa_jax.convert import hf_rotary
 from papa_jax.models.config import EncoderConfig
 
 # model_type -> family. XLM-R and CamemBERT share RoBERTa's architecture.
@@ -23,6 +24,8 @@ MODEL_TYPES = {
     "deberta": "deberta",
     "deberta-v2": "deberta-v2",
     "mpnet": "mpnet",
+    "modernbert": "modernbert",
+    "nomic_bert": "nomic_bert",
 }
 # What Hugging Face's MPNetModel hard-codes, whatever its config says.
 MPNET_PADDING_IDX = 1
@@ -65,6 +68,8 @@ def encoder_config_from_hf(cfg: dict[str, Any], name: str = "") -> EncoderConfig
     raise ValueError(f"Unsupported non-string activation {act!r}.")
   for key in ("is_decoder", "add_cross_attention"):
     _unsupported(cfg, key, False, "decoder configuration")
+  if family in ("modernbert", "nomic_bert"):
+    return hf_rotary.rotary_config(family, cfg, name)
 
   if family == "distilbert":
     return EncoderConfig(
