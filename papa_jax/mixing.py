@@ -47,6 +47,22 @@ ROLLOUT_RESIDUAL = {"attention": 0.5, "alti": None, "value_zeroing": None, "glob
 HIGHEST = jax.lax.Precision.HIGHEST
 
 
+def check_decomposable(config: EncoderConfig) -> None:
+  """Raises ValueError naming the property when the decompositions here would not be exact.
+
+  They re-implement a post-LayerNorm layer with a dense biased FFN (LN1, LN2 and
+  `layer_tail`) and read the output projection's bias.
+  """
+  bad = [f"{k}={v!r} (needs {ok!r})" for k, v, ok in (
+      ("norm_placement", config.norm_placement, "post"), ("mlp", config.mlp, "dense"),
+      ("attention_bias", config.attention_bias, True), ("mlp_bias", config.mlp_bias, True),
+      ("norm_bias", config.norm_bias, True)) if v != ok]
+  if bad:
+    raise ValueError(f"Context mixing decomposes post-LayerNorm layers with a dense, biased FFN; "
+                     f"this {config.family or 'model'} has {', '.join(bad)}: not implemented "
+                     "(the numbers would be wrong).")
+
+
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
 class LayerTerms:
@@ -196,6 +212,7 @@ def alti(t: LayerTerms, *, chunk: int = 16, reference_quirks: bool = False) -> A
 
 
 def layer_tail(config: EncoderConfig, params, u: Array) -> Array:
+  check_decomposable(config)
   """`Phi(u) = LN2(LN1(u) + FFN(LN1(u)))`: the position-wise rest of a post-LN layer."""
   eps = config.layer_norm_eps
 
