@@ -418,3 +418,17 @@ def test_mixing_invariances_under_reparametrisation():
       np.testing.assert_allclose(got[k], base[k], atol=2e-5, err_msg=f"{name} {k}")
     want = base["head_norms"][:, :, perm] if name == "permute" else base["head_norms"]
     np.testing.assert_allclose(got["head_norms"], want, rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+@pytest.mark.parametrize("family,match", [
+    ("modernbert", r"norm_placement='pre'.*mlp='gated'.*attention_bias=False"),
+    ("nomic_bert", r"mlp='gated'.*attention_bias=False.*mlp_bias=False")])
+def test_mixing_refuses_layers_it_cannot_decompose(family, match, tmp_path):
+  """Pre-LN (ModernBERT) and gated, bias-free (NomicBERT) layers: the API, the tail form
+  and the stage refuse by the model's property instead of returning a wrong number."""
+  from tests import hf_oracle
+  model = hf_oracle.converted_random(family, tmp_path)
+  with pytest.raises(ValueError, match=match):
+    pj.context_mixing(model, None)
+  with pytest.raises(ValueError, match=match):
+    mixing.layer_tail(model.config, model.params["layer_1"], jnp.zeros((1, 2, 64)))
