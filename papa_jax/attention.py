@@ -226,7 +226,8 @@ class AttentionOverride:
   Build it with a named constructor:
     * `constant(C, heads)` (PAPA): head h of layer l with `heads[l, h]` uses
       `C[l, h]` masked with the example's `m_i m_j` and L1-renormalised over
-      keys. Constant heads skip their query/key projections and softmax.
+      keys (on a local layer, masked by its window first: `models/rotary.py`).
+      Constant heads skip their query/key projections and softmax.
     * `gated(C, gate_logits)` (PAPA head sorting): every head mixes
       `sigmoid(g) P_dyn + (1 - sigmoid(g)) MN(C)`.
     * `intervene(*interventions)`: changes at named sites (`Intervention`;
