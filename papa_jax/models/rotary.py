@@ -30,13 +30,16 @@ def cos_sin(theta: float, head_dim: int, seq_len: int) -> tuple[np.ndarray, np.n
 
 
 def rotate(x: Array, theta: float) -> Array:
-  """Queries or keys `[B, L, H, d]` rotated by their positions 0..L-1."""
+  """Queries or keys `[B, L, H, d]` rotated by their positions 0..L-1 (in at least
+  float32, as HF ModernBERT rotates bfloat16 ones; returned in x's dtype)."""
+  dtype = x.dtype
+  x = x.astype(jnp.promote_types(dtype, jnp.float32))
   cos, sin = cos_sin(theta, x.shape[-1], x.shape[1])
   cos = jnp.asarray(cos, x.dtype)[None, :, None]
   sin = jnp.asarray(sin, x.dtype)[None, :, None]
   half = x.shape[-1] // 2
   rotated = jnp.concatenate([-x[..., half:], x[..., :half]], axis=-1)
-  return x * cos + rotated * sin
+  return (x * cos + rotated * sin).astype(dtype)
 
 
 def window(config: EncoderConfig, layer: int, seq_len: int) -> np.ndarray | None:
