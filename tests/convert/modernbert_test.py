@@ -228,3 +228,28 @@ def test_mixing_refuses_pre_ln_layers(model):
   from papa_jax import mixing
   with pytest.raises(ValueError, match=r"norm_placement='pre'"):
     mixing.check_decomposable(model.config)
+
+
+def test_means_pass_of_local_heads_stays_in_the_window(model, batch):
+  """PAPA's own means pass (raw and effective) on ModernBERT: raw means and row means of
+  local heads are exactly 0 outside the window; every variant applied leaks nothing."""
+  from papa_jax import parallel
+  from papa_jax.papa import means as means_lib
+  c, (ids, mask) = model.config, batch
+  data = dict(input_ids=ids.astype(np.int32), attention_mask=mask.astype(np.int32),
+              token_type_ids=np.zeros_like(ids, np.int32))
+  mesh = parallel.make_mesh(1)
+  real = mask.astype(bool)
+  for variant in ("raw", "effective"):
+    state = means_lib.accumulate(c, model.params, data, mesh, batch_size=2, attention=variant)
+    avgs = state.averages()
+    for l in range(c.num_layers):
+      if c.is_local(l) and variant == "raw":
+        assert np.all(avgs[l][:, _outside(c, l)] == 0.0)
+        rm = papa_constants.row_mean(state.extras["row_sums"], state.extras["row_counts"])
+        assert np.all(rm[l][:, _outside(c, l)] == 0.0)
+    out = model.apply(ids, mask, capture_attention=True,
+                      override=pj.AttentionOverride.constant(jnp.asarray(avgs, jnp.float32)))
+    for l in range(c.num_layers):
+      if c.is_local(l):
+        assert _leak(np.asarray(out.attentions[l]), c, l, real) == 0.0, variant
