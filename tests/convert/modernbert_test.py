@@ -228,6 +228,13 @@ def test_mixing_refuses_pre_ln_layers(model):
   from papa_jax import mixing
   with pytest.raises(ValueError, match=r"norm_placement='pre'"):
     mixing.check_decomposable(model.config)
+  from types import SimpleNamespace as NS
+  from papa_jax.analysis import mixing_stats
+  from papa_jax.errors import ConfigError
+  setup = NS(model=model, config=NS(mixing=NS(allow_low_precision=False, methods=("alti",),
+                                              alti_chunk=4, vz_chunk=4, reference_quirks=False)))
+  with pytest.raises(ConfigError, match=r"stage=mixing: .*norm_placement='pre'"):
+    mixing_stats.Mixing.from_setup(setup)
 
 
 def test_means_pass_of_local_heads_stays_in_the_window(model, batch):
