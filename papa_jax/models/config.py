@@ -163,8 +163,10 @@ class EncoderConfig:
                        f"{self.rotary_theta_local} must be >= 0 (0: none).")
     if self.rotary_theta and self.dim_per_head % 2:
       raise ValueError(f"Rotary positions need an even head dimension, not {self.dim_per_head}.")
-    if self.rotary_theta and self.attention != "dot":
-      raise ValueError("rotary_theta needs attention='dot'.")
+    if (self.rotary_theta or self.local_window) and self.attention != "dot":
+      raise ValueError("rotary_theta and local_window need attention='dot'.")
+    if self.rotary_theta_local and not self.rotary_theta:
+      raise ValueError("rotary_theta_local needs rotary_theta (the global layers' base).")
 
   def is_local(self, layer: int) -> bool:
     """Whether `layer` attends within `local_window` (False: every key)."""

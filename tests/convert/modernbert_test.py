@@ -202,6 +202,18 @@ def test_invalid_nomic_rope_type_is_named():
     hf_config.encoder_config_from_hf(cfg)
 
 
+def test_invalid_rotary_and_window_flags_are_named():
+  base = dict(vocab_size=10, hidden_size=8, num_layers=2, num_heads=2, intermediate_size=8,
+              max_position_embeddings=8)
+  for kw, match in ((dict(local_window=2, attention="disentangled"), "local_window need"),
+                    (dict(rotary_theta=10.0, head_dim=3), "even head dimension"),
+                    (dict(rotary_theta_local=10.0), "rotary_theta_local needs"),
+                    (dict(norm_placement="middle"), "norm_placement"),
+                    (dict(mlp="moe"), "mlp")):
+    with pytest.raises(ValueError, match=match):
+      pj.EncoderConfig(**base, **kw)
+
+
 def test_modernbert_global_every_from_the_old_field():
   c = hf_config.encoder_config_from_hf({**MB, "global_attn_every_n_layers": 2,
                                         "local_attention": 10})
