@@ -87,6 +87,12 @@ def _modernbert(cfg: dict[str, Any], name: str) -> EncoderConfig:
 
 
 def _nomic_bert(cfg: dict[str, Any], name: str) -> EncoderConfig:
+  original = sorted(k for k in ("n_embd", "n_layer", "n_head", "rotary_emb_fraction",
+                                "rotary_emb_base", "rotary_scaling_factor") if k in cfg)
+  if original:
+    raise ValueError(f"Unsupported NomicBERT config in the original remote-code format (fields "
+                     f"{original}): Hugging Face's NomicBertConfig names them hidden_size, "
+                     "num_hidden_layers, num_attention_heads, rope_parameters.")
   if cfg.get("rope_scaling") is not None:
     raise ValueError(f"Unsupported rope_scaling={cfg['rope_scaling']!r}.")
   theta = rope_theta(cfg.get("rope_parameters"), "rope_parameters",

@@ -200,6 +200,8 @@ def test_invalid_nomic_rope_type_is_named():
   cfg = {**MB, "model_type": "nomic_bert", "rope_parameters": {"rope_type": "yarn"}}
   with pytest.raises(ValueError, match=r"rope_parameters\.rope_type='yarn'"):
     hf_config.encoder_config_from_hf(cfg)
+  with pytest.raises(ValueError, match=r"original remote-code format.*rotary_emb_fraction"):
+    hf_config.encoder_config_from_hf({**cfg, "rotary_emb_fraction": 0.5})
 
 
 def test_invalid_rotary_and_window_flags_are_named():
