@@ -137,6 +137,7 @@ def context_mixing(model: Pretrained, data: preprocess.Encoded, methods: Sequenc
     raise ValueError(f"context mixing decomposes each layer exactly: load the model in float32 "
                      f"(its compute dtype is {model.config.compute_dtype}), or pass "
                      f"allow_low_precision=True.")
+  mixing.check_decomposable(model.config)
   jitted = tuple(dict.fromkeys(m for m in (*methods, *(("attention",) if FLOW in methods
                                                       else ())) if m != FLOW))
   fn = _mixing_fn(model.config, jitted, rollout)

@@ -35,10 +35,15 @@ StaticHeads = tuple[tuple[bool, ...], ...]
 # Probabilities from scores (the two masking conventions of the families).
 
 
-def softmax_with_key_mask(scores: Array, mask: Array) -> Array:
-  """BERT-style: additive `finfo.min` on pad keys; pad queries stay dense."""
+def softmax_with_key_mask(scores: Array, mask: Array, window: Array | None = None) -> Array:
+  """BERT-style: additive `finfo.min` on pad keys; pad queries stay dense.
+
+  `window` (`[L, L]` bool, a local layer's visible pairs) masks the same way,
+  once per pair, as Hugging Face's sliding-window masks do.
+  """
   neg = jnp.finfo(scores.dtype).min
-  bias = jnp.where(mask[:, None, None, :], 0.0, neg).astype(scores.dtype)
+  keep = mask[:, None, None, :] if window is None else mask[:, None, None, :] & window
+  bias = jnp.where(keep, 0.0, neg).astype(scores.dtype)
   return jax.nn.softmax(scores + bias, axis=-1)
 
 
@@ -221,7 +226,8 @@ class AttentionOverride:
   Build it with a named constructor:
     * `constant(C, heads)` (PAPA): head h of layer l with `heads[l, h]` uses
       `C[l, h]` masked with the example's `m_i m_j` and L1-renormalised over
-      keys. Constant heads skip their query/key projections and softmax.
+      keys (on a local layer, masked by its window first: `models/rotary.py`).
+      Constant heads skip their query/key projections and softmax.
     * `gated(C, gate_logits)` (PAPA head sorting): every head mixes
       `sigmoid(g) P_dyn + (1 - sigmoid(g)) MN(C)`.
     * `intervene(*interventions)`: changes at named sites (`Intervention`;

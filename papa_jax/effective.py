@@ -6,7 +6,9 @@ vectors with bias), `A_eff = A P_T` with `P_T` the orthogonal projector onto
 `A_null T = 0`. Implemented mask-aware (pad rows of T zeroed before
 factorising, so the range lives on real keys), with a relative per-example,
 per-head rank tolerance, via a QR of T followed by an SVD of the small R.
-See `shared/spec/effective_attention.md` §4.3 and §5.
+See `shared/spec/effective_attention.md` §4.3 and §5. On a local (windowed)
+layer this is still Brunner's projection over all real keys: the minimum-norm
+rows with the same output, which may put mass outside the window.
 """
 
 from __future__ import annotations

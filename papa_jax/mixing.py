@@ -47,6 +47,23 @@ ROLLOUT_RESIDUAL = {"attention": 0.5, "alti": None, "value_zeroing": None, "glob
 HIGHEST = jax.lax.Precision.HIGHEST
 
 
+def check_decomposable(config: EncoderConfig) -> None:
+  """Raises ValueError naming the property when the decompositions here would not be exact.
+
+  They follow a post-LayerNorm layer (LN1 after the attention residual, LN2 after
+  the MLP's); dense or gated MLPs and absent biases (zeros) are exact.
+  """
+  if config.norm_placement != "post":
+    raise ValueError(f"Context mixing decomposes post-LayerNorm layers (LN1 on x + attention, "
+                     f"LN2 on h + MLP); this {config.family or 'model'} has norm_placement="
+                     f"{config.norm_placement!r}: not implemented (the numbers would be wrong).")
+
+
+def _bias(p: dict, like: Array) -> Array:
+  """A layer's bias, or zeros where the model has none (`attention_bias`, `norm_bias`...)."""
+  return p["bias"] if "bias" in p else jnp.zeros(like.shape[-1:], like.dtype)
+
+
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
 class LayerTerms:
@@ -76,7 +93,7 @@ def layer_terms(layer: LayerIntermediates, x: Array, mask: Array, params) -> Lay
   """The terms of one layer from its captured intermediates (`CAPTURE`) and parameters."""
   m = mask.astype(jnp.float32)
   alpha = layer.probs * m[:, None, :, None] * m[:, None, None, :]
-  zsum = layer.attention_output - params["attention"]["out_bias"]
+  zsum = layer.attention_output - params["attention"].get("out_bias", 0.0)
   return LayerTerms(alpha, layer.transformed_values, x, zsum, layer.attention_norm_input,
                     layer.attention_norm_scale, layer.output_norm_scale, m, params)
 
@@ -172,9 +189,10 @@ def alti(t: LayerTerms, *, chunk: int = 16, reference_quirks: bool = False) -> A
   k, s1 = metric(t, "attnresln")
   if reference_quirks and t.ln:
     s1 = jnp.sqrt(jnp.var(t.u, -1))
-  bias = k(t.params["attention"]["out_bias"]) / s1[..., None]
+  out_bias = t.params["attention"].get("out_bias", jnp.zeros_like(t.x[0, 0]))
+  bias = k(out_bias) / s1[..., None]
   if t.ln:
-    bias = bias + t.params["attention_norm"]["bias"]
+    bias = bias + _bias(t.params["attention_norm"], t.x)
   kx = k(t.x) / s1[..., None]
   kf = k(t.f)  # K is linear: K z_ij = sum_h alpha^h_ij K f^h_j.
   n = t.alpha.shape[-1]
@@ -196,20 +214,25 @@ def alti(t: LayerTerms, *, chunk: int = 16, reference_quirks: bool = False) -> A
 
 
 def layer_tail(config: EncoderConfig, params, u: Array) -> Array:
-  """`Phi(u) = LN2(LN1(u) + FFN(LN1(u)))`: the position-wise rest of a post-LN layer."""
+  """`Phi(u) = LN2(LN1(u) + MLP(LN1(u)))`: the position-wise rest of a post-LN layer
+  (the MLP dense, `W2 act(W1 h)`, or gated, `W2 (act(W1 h) * U h)`)."""
+  check_decomposable(config)
   eps = config.layer_norm_eps
 
   def ln(w, p):
     mu = jnp.mean(w, -1, keepdims=True)
     var = jnp.mean((w - mu) ** 2, -1, keepdims=True)
-    return (w - mu) / jnp.sqrt(var + eps) * p["scale"] + p["bias"]
+    return (w - mu) / jnp.sqrt(var + eps) * p["scale"] + _bias(p, w)
+
+  def dense(w, p):
+    y = jnp.dot(w, p["kernel"], precision=HIGHEST)
+    return y + p["bias"] if "bias" in p else y
 
   h = ln(u, params["attention_norm"])
-  f = (jnp.dot(h, params["intermediate"]["kernel"], precision=HIGHEST)
-       + params["intermediate"]["bias"])
-  f = jnp.dot(activation(config.hidden_act)(f), params["output"]["kernel"],
-              precision=HIGHEST) + params["output"]["bias"]
-  return ln(h + f, params["output_norm"])
+  f = activation(config.hidden_act)(dense(h, params["intermediate"]))
+  if config.mlp == "gated":
+    f = f * dense(h, params["up"])
+  return ln(h + dense(f, params["output"]), params["output_norm"])
 
 
 def cosine_distance(a: Array, b: Array) -> Array:

@@ -54,11 +54,23 @@ def spec(name: str):
   if name == "albert-groups":  # 3 layers over 2 groups (0, 0, 1), 2 blocks per layer.
     return tr.AlbertConfig(**{**COMMON, "num_hidden_layers": 3}, embedding_size=48,
                            num_hidden_groups=2, inner_group_num=2), tr.AlbertModel
+  if name.startswith("modernbert"):  # Local layers 1, 3 see |i - j| <= 4 (of 40 tokens).
+    ids = dict(pad_token_id=0, bos_token_id=1, eos_token_id=2, cls_token_id=1, sep_token_id=2)
+    extra = dict(global_attn_every_n_layers=2, local_attention=8, num_hidden_layers=4)
+    if name == "modernbert-bias":  # Every bias on, three layers: layer 1 and 2 local.
+      extra = dict(global_attn_every_n_layers=3, local_attention=6, attention_bias=True,
+                   mlp_bias=True, norm_bias=True, num_hidden_layers=3)
+    return tr.ModernBertConfig(**{**COMMON, **extra}, **ids), tr.ModernBertModel
+  if name == "nomic_bert":
+    return tr.NomicBertConfig(**COMMON), tr.NomicBertModel
   raise KeyError(name)
 
 
 ARCHS = ("bert", "roberta", "electra", "distilbert", "deberta", "deberta-abs",
-         "deberta-v3", "deberta-v2", "mpnet", "albert", "albert-groups")
+         "deberta-v3", "deberta-v2", "mpnet", "albert", "albert-groups", "modernbert",
+         "modernbert-bias", "nomic_bert")
+# HF initialises these LayerNorms to (1, 0) and biases to 0: perturbed so each one counts.
+PERTURBED = ("modernbert", "modernbert-bias", "nomic_bert")
 
 
 def save_random(name: str, path, safe: bool = True, seed: int = 0) -> None:
@@ -70,6 +82,11 @@ def save_random(name: str, path, safe: bool = True, seed: int = 0) -> None:
   if name == "mpnet":  # HF's init (std 0.02) leaves the relative bias nearly invisible.
     with torch.no_grad():
       model.encoder.relative_attention_bias.weight.normal_(0.0, 1.0)
+  if name in PERTURBED:
+    with torch.no_grad():
+      for key, p in model.named_parameters():
+        if "norm" in key.lower() or key.endswith("bias"):
+          p.add_(torch.randn_like(p) * 0.2)
   model.save_pretrained(str(path))
   if not safe:  # transformers 5 only writes safetensors; write the legacy pickle.
     (path / "model.safetensors").unlink()

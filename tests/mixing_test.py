@@ -285,7 +285,8 @@ def test_mixing_equals_pytorch_reference_procedures(tiny_pair):
 # Shared fixtures by class; None: no fixture, a tiny random model is saved (needs torch).
 FAMILIES = {"bert": "BertModel", "roberta": "RobertaModel", "electra": "ElectraModel",
             "distilbert": "DistilBertModel", "deberta": "DebertaModel",
-            "deberta-v2": "DebertaV2Model", "mpnet": None, "albert": None}
+            "deberta-v2": "DebertaV2Model", "mpnet": None, "albert": None,
+            "nomic_bert": None}
 
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))
@@ -310,7 +311,8 @@ def test_mixing_decomposition_holds_on_every_family(family, tmp_path):
                                np.asarray(out.hidden_states[l + 1])[real], atol=2e-5)
     k, s1 = mixing.metric(t, "attnresln")
     summands = jnp.einsum("bhij,bhjd->bid", t.alpha, k(t.f)) + k(t.x)
-    bias = k(t.params["attention"]["out_bias"]) + t.params["attention_norm"]["bias"] * s1[..., None]
+    bias = (k(t.params["attention"].get("out_bias", jnp.zeros(t.x.shape[-1])))
+            + t.params["attention_norm"]["bias"] * s1[..., None])
     np.testing.assert_allclose(np.asarray((summands + bias) / s1[..., None])[real],
                                np.asarray(out.layers[l].attention_norm_output)[real], atol=2e-5)
     for c in (mixing.alti(t), mixing.value_zeroing(t, model.config)):
@@ -418,3 +420,15 @@ def test_mixing_invariances_under_reparametrisation():
       np.testing.assert_allclose(got[k], base[k], atol=2e-5, err_msg=f"{name} {k}")
     want = base["head_norms"][:, :, perm] if name == "permute" else base["head_norms"]
     np.testing.assert_allclose(got["head_norms"], want, rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def test_mixing_refuses_layers_it_cannot_decompose(tmp_path):
+  """Pre-LN layers (ModernBERT): the API and the tail form refuse by the model's property
+  instead of returning a wrong number."""
+  from tests import hf_oracle
+  model = hf_oracle.converted_random("modernbert", tmp_path)
+  match = r"modernbert has norm_placement='pre'"
+  with pytest.raises(ValueError, match=match):
+    pj.context_mixing(model, None)
+  with pytest.raises(ValueError, match=match):
+    mixing.layer_tail(model.config, model.params["layer_1"], jnp.zeros((1, 2, 64)))

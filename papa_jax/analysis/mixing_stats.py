@@ -69,6 +69,10 @@ class Mixing(per_head.PerHeadAnalysis):
       raise ConfigError("stage=mixing decomposes the layers exactly: run it in float32 "
                         "(--config.model.dtype=float32), or set mixing.allow_low_precision=True "
                         "(the identities then hold to about 1e-2).")
+    try:
+      mixing.check_decomposable(mc)
+    except ValueError as e:
+      raise ConfigError(f"stage=mixing: {e}") from e
     return cls(mc, tuple(m.methods), m.alti_chunk, m.vz_chunk, m.reference_quirks)
 
   def key(self, setup: Setup) -> dict:

@@ -10,6 +10,7 @@ import json
 import os
 from typing import Any
 
+from papa_jax.convert import hf_rotary
 from papa_jax.models.config import EncoderConfig
 
 # model_type -> family. XLM-R and CamemBERT share RoBERTa's architecture.
@@ -24,6 +25,8 @@ MODEL_TYPES = {
     "deberta-v2": "deberta-v2",
     "mpnet": "mpnet",
     "albert": "albert",
+    "modernbert": "modernbert",
+    "nomic_bert": "nomic_bert",
 }
 # What Hugging Face's MPNetModel hard-codes, whatever its config says.
 MPNET_PADDING_IDX = 1
@@ -72,6 +75,8 @@ def encoder_config_from_hf(cfg: dict[str, Any], name: str = "") -> EncoderConfig
     _unsupported(cfg, key, False, "decoder configuration")
   if family == "albert":
     return _albert_config(cfg, name)
+  if family in ("modernbert", "nomic_bert"):
+    return hf_rotary.rotary_config(family, cfg, name)
 
   if family == "distilbert":
     return EncoderConfig(

@@ -22,7 +22,8 @@ Rule = tuple[tuple[str, ...], str, Callable[[np.ndarray], np.ndarray]]
 BASE_PREFIX = {
     "bert": "bert.", "roberta": "roberta.", "electra": "electra.",
     "distilbert": "distilbert.", "deberta": "deberta.", "deberta-v2": "deberta.",
-    "mpnet": "mpnet.", "albert": "albert.",
+    "mpnet": "mpnet.", "albert": "albert.", "modernbert": "model.",
+    "nomic_bert": "nomic_bert.",
 }
 # Tensors of task heads and non-persistent buffers: known, deliberately unused.
 IGNORED = tuple(re.compile(p) for p in (
@@ -31,7 +32,8 @@ IGNORED = tuple(re.compile(p) for p in (
     r"^qa_outputs\.", r"^discriminator_predictions\.",
     r"^generator_predictions\.", r"^generator_lm_head\.",
     r"^vocab_(transform|layer_norm|projector)\.", r"^lm_predictions\.",
-    r"^mask_predictions\.", r"^sop_classifier\.", r"^predictions\.",
+    r"^mask_predictions\.", r"^sop_classifier\.", r"^predictions\.", r"^head\.",
+    r"^decoder\.",
 ))
 
 
@@ -67,9 +69,9 @@ def _out(path, key, h, d) -> list[Rule]:
   ]
 
 
-def _ln(path, key) -> list[Rule]:
-  return [(path + ("scale",), key + ".weight", _same),
-          (path + ("bias",), key + ".bias", _same)]
+def _ln(path, key, bias=True) -> list[Rule]:
+  return [(path + ("scale",), key + ".weight", _same)] + (
+      [(path + ("bias",), key + ".bias", _same)] if bias else [])
 
 
 def _embed(path, key) -> list[Rule]:
@@ -95,6 +97,57 @@ def _albert_layer(p: tuple[str, ...], k: str, h: int, d: int) -> list[Rule]:
           + _ln(p + ("output_norm",), k + "full_layer_layer_norm"))
 
 
+def _rotary_layer(c: EncoderConfig, i: int) -> list[Rule]:
+  """One ModernBERT or NomicBERT layer (`convert/hf_rotary.py`), by the names on disk.
+
+  Both fuse q, k, v into one `Wqkv` (rows q, k, v). ModernBERT's `Wi` holds the
+  activated half, then the linear one; NomicBERT's original names (which HF
+  writes back on save) are fc12 (activated, HF gate_proj) and fc11 (up_proj).
+  """
+  h, d, p, hd, im = c.num_heads, c.dim_per_head, (f"layer_{i}",), c.num_heads * c.dim_per_head, \
+      c.intermediate_size
+  a, b, mb = p + ("attention",), c.attention_bias, c.mlp_bias
+  k = f"encoder.layers.{i}." if c.family == "nomic_bert" else f"layers.{i}."
+  rules = []
+  for j, name in enumerate(("query", "key", "value")):
+    rules.append((a + (name, "kernel"), k + "attn.Wqkv.weight",
+                  lambda w, j=j: _t(w[j * hd:(j + 1) * hd]).reshape(w.shape[1], h, d)))
+    if b:
+      rules.append((a + (name, "bias"), k + "attn.Wqkv.bias",
+                    lambda x, j=j: x[j * hd:(j + 1) * hd].reshape(h, d)))
+  out = k + ("attn.out_proj" if c.family == "nomic_bert" else "attn.Wo")
+  rules.append((a + ("out_kernel",), out + ".weight", lambda w: _t(w).reshape(h, d, w.shape[0])))
+  if b:
+    rules.append((a + ("out_bias",), out + ".bias", _same))
+  if c.family == "nomic_bert":
+    rules += _linear(p + ("intermediate",), k + "mlp.fc12", bias=False)
+    rules += _linear(p + ("up",), k + "mlp.fc11", bias=False)
+    rules += _linear(p + ("output",), k + "mlp.fc2", bias=False)
+    return rules + _ln(p + ("attention_norm",), k + "norm1") + _ln(p + ("output_norm",),
+                                                                     k + "norm2")
+  for j, name in enumerate(("intermediate", "up")):
+    rules.append((p + (name, "kernel"), k + "mlp.Wi.weight",
+                  lambda w, j=j: _t(w[j * im:(j + 1) * im])))
+    if mb:
+      rules.append((p + (name, "bias"), k + "mlp.Wi.bias", lambda x, j=j: x[j * im:(j + 1) * im]))
+  rules += _linear(p + ("output",), k + "mlp.Wo", bias=mb)
+  if i or c.first_attention_norm:
+    rules += _ln(p + ("attention_norm",), k + "attn_norm", c.norm_bias)
+  return rules + _ln(p + ("mlp_norm",), k + "mlp_norm", c.norm_bias)
+
+
+def _rotary_rules(c: EncoderConfig) -> list[Rule]:
+  e = ("embeddings",)
+  rules = [r for i in range(c.num_layers) for r in _rotary_layer(c, i)]
+  if c.family == "nomic_bert":
+    return (_embed(e + ("word_embeddings",), "embeddings.word_embeddings")
+            + _embed(e + ("token_type_embeddings",), "embeddings.token_type_embeddings")
+            + _ln(e + ("LayerNorm",), "emb_ln") + rules)
+  return (_embed(e + ("word_embeddings",), "embeddings.tok_embeddings")
+          + _ln(e + ("LayerNorm",), "embeddings.norm", c.norm_bias) + rules
+          + _ln(("final_norm",), "final_norm", c.norm_bias))
+
+
 def family_rules(c: EncoderConfig,
                  layer_groups: tuple[tuple[int, int], ...] | None = None) -> list[Rule]:
   """The name rules of `c`'s family. `layer_groups` (ALBERT, from
@@ -102,6 +155,8 @@ def family_rules(c: EncoderConfig,
   copied into every layer that uses them: exact for inference and for PAPA, which treats
   each layer's heads separately; training then updates each copy on its own."""
   h, d = c.num_heads, c.dim_per_head
+  if c.family in ("modernbert", "nomic_bert"):
+    return _rotary_rules(c)
   e = ("embeddings",)
   rules: list[Rule] = _embed(e + ("word_embeddings",), "embeddings.word_embeddings")
   if c.position_biased_input:

@@ -30,7 +30,8 @@ class Capture:
     layer_norms: the LayerNorm inputs and scales: `attention_norm_input` (the
       residual sum `x + attention_output`, `[B, L, D]`), `attention_norm_scale`
       (`sqrt(var + eps)`, `[B, L]`), `attention_norm_output` (`[B, L, D]`),
-      `output_norm_input` (`h + FFN(h)`, `[B, L, D]`) and `output_norm_scale`.
+      `output_norm_input` (`h + FFN(h)`, `[B, L, D]`) and `output_norm_scale`;
+      post-LayerNorm layers only (a pre-LN model, e.g. ModernBERT, refuses it).
   """
 
   probs: bool = False

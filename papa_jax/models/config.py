@@ -15,6 +15,8 @@ POSITION_IDS = ("arange", "from_padding")
 EMBEDDING_PROJECTIONS = ("none", "before_norm", "after_dropout")
 ATTENTION_KINDS = ("dot", "disentangled")
 RELATIVE_SPANS = ("clip_to_length", "full")
+NORM_PLACEMENTS = ("post", "pre")
+MLPS = ("dense", "gated")
 UNLIMITED = 1 << 30
 
 
@@ -48,6 +50,22 @@ class EncoderConfig:
       0: none.
     relative_bias_max_distance: the log-spaced buckets span offsets up to it;
       longer ones share the last bucket of their sign.
+    norm_placement: "post" (BERT: LayerNorm after each residual sum) or "pre"
+      (ModernBERT: `x + attn(LN(x))`, then `h + mlp(LN(h))`).
+    first_attention_norm: with "pre", layer 0 normalises its attention input
+      (False: identity there, ModernBERT, whose embeddings end in a LayerNorm).
+    final_norm: a LayerNorm on the last layer's output (the last hidden state).
+    mlp: "dense" (`W2 act(W1 h)`) or "gated" (`W2 (act(W1 h) * (U h))`, GeGLU or
+      SwiGLU as `hidden_act` says; `U` is the "up" projection).
+    attention_bias, mlp_bias, norm_bias: whether the q/k/v/output projections,
+      the MLP's dense layers and the LayerNorms have biases (key_bias also).
+    rotary_theta: > 0 rotates queries and keys by their absolute positions
+      0..L-1 (RoPE, halves rotated, `models/rotary.py`) with this base; 0: none.
+    rotary_theta_local: the base on local (windowed) layers (0: rotary_theta).
+    local_window: > 0 makes layers local: query i sees key j only when
+      |i - j| <= local_window (HF ModernBERT's local_attention // 2); 0: none.
+    global_every: with local_window, layer l is global (unwindowed) when
+      l % global_every == 0, local otherwise.
     probe_dropout: the PAPA recipe's probe dropout for this checkpoint.
     add_prefix_space: its byte-level BPE tokenizer needs a prefix space for
       pre-split words.
@@ -86,6 +104,17 @@ class EncoderConfig:
   scale_query_first: bool = False
   relative_bias_buckets: int = 0
   relative_bias_max_distance: int = 128
+  norm_placement: str = "post"
+  first_attention_norm: bool = True
+  final_norm: bool = False
+  mlp: str = "dense"
+  attention_bias: bool = True
+  mlp_bias: bool = True
+  norm_bias: bool = True
+  rotary_theta: float = 0.0
+  rotary_theta_local: float = 0.0
+  local_window: int = 0
+  global_every: int = 1
   probe_dropout: float = 0.1
   add_prefix_space: bool = False
   compute_dtype: str = "float32"  # Matmul dtype ("bfloat16": mixed precision).
@@ -100,6 +129,8 @@ class EncoderConfig:
         ("attention", self.attention, ATTENTION_KINDS),
         ("relative_span", self.relative_span, RELATIVE_SPANS),
         ("compute_dtype", self.compute_dtype, ("float32", "bfloat16")),
+        ("norm_placement", self.norm_placement, NORM_PLACEMENTS),
+        ("mlp", self.mlp, MLPS),
     ):
       if value not in allowed:
         raise ValueError(f"Unsupported {field}={value!r}; supported: {allowed}.")
@@ -123,6 +154,29 @@ class EncoderConfig:
       if self.relative_bias_max_distance <= self.relative_bias_buckets // 4:
         raise ValueError(f"relative_bias_max_distance={self.relative_bias_max_distance} "
                          f"must exceed the exact offsets ({self.relative_bias_buckets // 4}).")
+
+    if self.local_window < 0 or self.global_every < 1:
+      raise ValueError(f"local_window={self.local_window} must be >= 0 and "
+                       f"global_every={self.global_every} >= 1.")
+    if self.rotary_theta < 0 or self.rotary_theta_local < 0:
+      raise ValueError(f"rotary_theta={self.rotary_theta} and rotary_theta_local="
+                       f"{self.rotary_theta_local} must be >= 0 (0: none).")
+    if self.rotary_theta and self.dim_per_head % 2:
+      raise ValueError(f"Rotary positions need an even head dimension, not {self.dim_per_head}.")
+    if (self.rotary_theta or self.local_window) and self.attention != "dot":
+      raise ValueError("rotary_theta and local_window need attention='dot'.")
+    if self.rotary_theta_local and not self.rotary_theta:
+      raise ValueError("rotary_theta_local needs rotary_theta (the global layers' base).")
+
+  def is_local(self, layer: int) -> bool:
+    """Whether `layer` attends within `local_window` (False: every key)."""
+    return self.local_window > 0 and layer % self.global_every != 0
+
+  def layer_theta(self, layer: int) -> float:
+    """The rotary base of `layer` (0: no rotary positions)."""
+    if self.is_local(layer) and self.rotary_theta_local:
+      return self.rotary_theta_local
+    return self.rotary_theta
 
   @property
   def dim_per_head(self) -> int:
@@ -175,5 +229,11 @@ class EncoderConfig:
       d.pop(key)
     if not self.relative_bias_buckets:
       for key in ("relative_bias_buckets", "relative_bias_max_distance"):
+        d.pop(key)
+    defaults = EncoderConfig(1, 1, 1, 1, 1, 1)
+    for key in ("norm_placement", "first_attention_norm", "final_norm", "mlp", "attention_bias",
+                "mlp_bias", "norm_bias", "rotary_theta", "rotary_theta_local", "local_window",
+                "global_every"):
+      if d[key] == getattr(defaults, key):
         d.pop(key)
     return d

@@ -1,9 +1,10 @@
-"""Flax encoders for the BERT, RoBERTa, ELECTRA, DistilBERT, DeBERTa and MPNet families.
+"""Flax encoders: BERT, RoBERTa, ELECTRA, DistilBERT, DeBERTa, MPNet, NomicBERT, ModernBERT.
 
-One post-LayerNorm transformer stack serves every family; the families differ
-in their embeddings and in how attention scores are formed (dot product, with
-or without a shared relative-position bias, or DeBERTa's disentangled
-content/position terms), each a named flag of `EncoderConfig`. What an
+One transformer stack serves every family; the families differ in their
+embeddings, norm placement (post- or pre-LayerNorm), MLP (dense or gated), and
+how attention scores are formed (dot product, with or without a shared
+relative-position bias, rotary positions or a local window, or DeBERTa's
+disentangled content/position terms), each a named flag of `EncoderConfig`. What an
 `AttentionOverride` does is `attention.attend`'s; what a layer returns besides
 its output is `capture.Capture`'s.
 """
@@ -19,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from papa_jax import attention as attn
-from papa_jax.models import deberta, relative_bias
+from papa_jax.models import deberta, relative_bias, rotary
 from papa_jax.models.capture import Capture, EncoderOutput, LayerIntermediates  # Re-exported.
 from papa_jax.models.config import EncoderConfig
 
@@ -60,9 +61,8 @@ def activation(name: str):
 
 def layer_norm(config: EncoderConfig, name: str) -> nn.LayerNorm:
   # Two-pass variance, as torch computes it.
-  return nn.LayerNorm(
-      epsilon=config.layer_norm_eps, use_fast_variance=False, name=name
-  )
+  return nn.LayerNorm(epsilon=config.layer_norm_eps, use_fast_variance=False,
+                      use_bias=config.norm_bias, name=name)
 
 
 class HeadProjection(nn.Module):
@@ -103,12 +103,13 @@ class SelfAttention(nn.Module):
 
   def setup(self):
     c = self.config
-    h, d, dt = c.num_heads, c.dim_per_head, compute_dtype(c)
-    self.query = HeadProjection(h, d, use_bias=True, dtype=dt)
-    self.key = HeadProjection(h, d, use_bias=c.key_bias, dtype=dt)
-    self.value = HeadProjection(h, d, use_bias=True, dtype=dt)
+    h, d, dt, b = c.num_heads, c.dim_per_head, compute_dtype(c), c.attention_bias
+    self.query = HeadProjection(h, d, use_bias=b, dtype=dt)
+    self.key = HeadProjection(h, d, use_bias=b and c.key_bias, dtype=dt)
+    self.value = HeadProjection(h, d, use_bias=b, dtype=dt)
     self.out_kernel = self.param("out_kernel", _init, (h, d, c.hidden_size))
-    self.out_bias = self.param("out_bias", nn.initializers.zeros, (c.hidden_size,))
+    if b:
+      self.out_bias = self.param("out_bias", nn.initializers.zeros, (c.hidden_size,))
     if c.relative_attention and not c.share_att_key:
       if "c2p" in c.pos_att_type:
         self.pos_key = HeadProjection(h, d, use_bias=c.key_bias, dtype=dt)
@@ -131,6 +132,14 @@ class SelfAttention(nn.Module):
     y = jnp.einsum("...d,dhk->...hk", _cast(x, dt), _cast(kernel, dt)) + _cast(bias, dt)
     return y[:, :, :h], y[:, :, h:2 * h], y[:, :, 2 * h:]
 
+  def _rotated(self, q: Array, k: Array) -> tuple[Array, Array]:
+    """Queries and keys rotated by their positions when the layer has rotary ones."""
+    theta = self.config.layer_theta(self.layer_index)
+    return (rotary.rotate(q, theta), rotary.rotate(k, theta)) if theta else (q, k)
+
+  def _window(self, seq_len: int) -> np.ndarray | None:
+    return rotary.window(self.config, self.layer_index, seq_len)
+
   def _dynamic_probs(self, x: Array, mask: Array, rel_embeddings: Array | None,
                      bias: Array | None, qk: tuple[Array, Array] | None,
                      heads: tuple[int, ...]) -> Array:
@@ -145,10 +154,11 @@ class SelfAttention(nn.Module):
     else:
       q, k = self.query(x, heads), self.key(x, heads)
     if c.attention == "dot":
+      q, k = self._rotated(q, k)
       scores = _widen(jnp.einsum("bqhd,bkhd->bhqk", q, k) * (c.dim_per_head**-0.5))
       if bias is not None:
         scores = scores + _head_rows(bias, heads)
-      return attn.softmax_with_key_mask(scores, mask)
+      return attn.softmax_with_key_mask(scores, mask, self._window(x.shape[1]))
     pos_q = pos_k = None
     if c.relative_attention:
       if c.share_att_key:
@@ -165,11 +175,12 @@ class SelfAttention(nn.Module):
   def _fused_context(self, x: Array, mask: Array, bias: Array | None, heads: tuple[int, ...],
                      v: Array) -> Array:
     """Dot-product attention of `heads` without materialised probabilities."""
-    q, k = self.query(x, heads), self.key(x, heads)
+    q, k = self._rotated(self.query(x, heads), self.key(x, heads))
     if bias is not None:
       bias = _head_rows(bias, heads)[None].astype(q.dtype)
+    keep, window = mask[:, None, None, :], self._window(x.shape[1])
     return jax.nn.dot_product_attention(q, k, v.astype(q.dtype), bias=bias,
-                                        mask=mask[:, None, None, :],
+                                        mask=keep if window is None else keep & window,
                                         scale=self.config.dim_per_head**-0.5)
 
   def __call__(
@@ -192,6 +203,11 @@ class SelfAttention(nn.Module):
       qk = (q, k)
     else:
       v = self.value(x)  # [B, L, H, d]: contexts stay in this layout (no transposes).
+    window = self._window(x.shape[1])
+    if window is not None and override is not None and override.constants is not None:
+      # A local layer's constants keep no mass outside its window (rotary.window).
+      override = dataclasses.replace(
+          override, constants=override.constants * jnp.asarray(window, override.constants.dtype))
     dropout = None
     if not (deterministic or c.attention_dropout == 0.0):
       dropout = functools.partial(self.attn_dropout, deterministic=False)
@@ -202,7 +218,7 @@ class SelfAttention(nn.Module):
         mask, capture=capture.probs, dropout=dropout, fused_context=fused)
     dt = compute_dtype(c)
     out = jnp.einsum("bqhd,hde->bqe", _cast(context, dt), _cast(self.out_kernel, dt))
-    out = _widen(out + _cast(self.out_bias, dt))
+    out = _widen(out + _cast(self.out_bias, dt) if c.attention_bias else out)
     kept = dict(probs=probs, values=jnp.swapaxes(v, 1, 2))
     if capture.transformed_values:
       kept["transformed_values"] = _widen(jnp.einsum("bkhd,hde->bhke", _cast(v, dt),
@@ -227,8 +243,20 @@ def _norm_scale(x: Array, eps: float) -> Array:
   return jnp.sqrt(jnp.var(x, axis=-1) + eps)
 
 
+def _mlp(c: EncoderConfig, h: Array) -> Array:
+  """`W2 act(W1 h)`, or gated `W2 (act(W1 h) * U h)` (W1 "intermediate", U "up"); its
+  Dense layers belong to the calling layer (call inside its compact method)."""
+  dense = functools.partial(nn.Dense, kernel_init=_init, dtype=compute_dtype(c),
+                            use_bias=c.mlp_bias)
+  f = activation(c.hidden_act)(dense(c.intermediate_size, name="intermediate")(h))
+  if c.mlp == "gated":
+    f = f * dense(c.intermediate_size, name="up")(h)
+  return _widen(dense(c.hidden_size, name="output")(f))
+
+
 class TransformerLayer(nn.Module):
-  """Post-LayerNorm block: attention, residual, FFN, residual."""
+  """A block: attention, residual, MLP, residual; LayerNorms after the residual sums
+  ("post") or before each branch ("pre": `x + attn(LN(x))`, `h + mlp(LN(h))`)."""
 
   config: EncoderConfig
   layer_index: int
@@ -238,18 +266,23 @@ class TransformerLayer(nn.Module):
                capture: Capture):
     c = self.config
     drop = nn.Dropout(c.hidden_dropout)
+    pre = c.norm_placement == "pre"
+    if pre and capture.layer_norms:
+      raise ValueError("Capture(layer_norms=True) records post-LayerNorm sums; this model "
+                       "has norm_placement='pre' (pre-LayerNorm layers, e.g. ModernBERT).")
+    a_in = x
+    if pre and (self.layer_index or c.first_attention_norm):
+      a_in = layer_norm(c, "attention_norm")(x)
     a, kept = SelfAttention(c, self.layer_index, name="attention")(
-        x, mask, override, rel_embeddings, bias,
+        a_in, mask, override, rel_embeddings, bias,
         deterministic=deterministic, capture=capture,
     )
-    dt = compute_dtype(c)
     u = x + drop(a, deterministic=deterministic)
+    if pre:
+      f = _mlp(c, layer_norm(c, "mlp_norm")(u))
+      return u + drop(f, deterministic=deterministic), LayerIntermediates(**kept)
     h = layer_norm(c, "attention_norm")(u)
-    f = nn.Dense(c.intermediate_size, kernel_init=_init, dtype=dt, name="intermediate")(h)
-    f = nn.Dense(c.hidden_size, kernel_init=_init, dtype=dt, name="output")(
-        activation(c.hidden_act)(f)
-    )
-    f = _widen(f)
+    f = _mlp(c, h)
     r = h + drop(f, deterministic=deterministic)
     out = layer_norm(c, "output_norm")(r)
     if capture.layer_norms:
@@ -330,11 +363,8 @@ class Encoder(nn.Module):
       raise ValueError(f"input_ids must be [batch, length], got {input_ids.shape}.")
     seq_len = input_ids.shape[1]
     if seq_len > c.max_length:
-      raise ValueError(
-          f"Input length {seq_len} exceeds this model's maximum of "
-          f"{c.max_length} positions (max_position_embeddings="
-          f"{c.max_position_embeddings})."
-      )
+      raise ValueError(f"Input length {seq_len} exceeds this model's maximum of {c.max_length} "
+                       f"positions (max_position_embeddings={c.max_position_embeddings}).")
     if attention_mask is None:
       attention_mask = jnp.ones_like(input_ids)
     if attention_mask.shape != input_ids.shape:
@@ -376,6 +406,8 @@ class Encoder(nn.Module):
       )
       hidden.append(h)
       layers.append(kept)
+    if c.final_norm:  # The last hidden state is normalised, as HF's last_hidden_state.
+      hidden[-1] = layer_norm(c, "final_norm")(h)
     return EncoderOutput(hidden_states=tuple(hidden),
                          layers=tuple(layers) if capture != Capture() else None)
 

@@ -13,6 +13,16 @@ masks with an example's `m_i m_j` and L1-renormalises over its real keys:
     absolute-position and a relative-offset term per head, fitted to the raw
     mean's rows by weighted cross-entropy (the control for how much of the mean's
     structure beyond position matters).
+
+Local (windowed) layers (`EncoderConfig.local_window`, ModernBERT): the layer
+multiplies any constant by its window `|i - j| <= local_window` before the
+per-example masking and renormalisation, so no variant puts mass outside the
+window, and a row is renormalised over the real keys inside it ("uniform" is
+uniform over them). PAPA's means of such a head are already 0 outside the window
+(its attention is, for real queries); "effective" and "compressed" may not be, and
+are cut to the window when applied. Cells are indexed by absolute positions 0..L-1
+(the layout), for rotary families too: position enters their scores only through
+the rotation, which a constant replaces.
 """
 
 from __future__ import annotations

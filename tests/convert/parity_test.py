@@ -101,11 +101,30 @@ def test_parity_random_hf_models(arch, fmt, tmp_path):
   ref_h, ref_a = hf_oracle.run_hf(hf, ids, mask, tt)
   ours = model.apply(ids, mask, token_type_ids=tt, capture_attention=True)
   _compare(ours, ref_h, ref_a, mask, 1e-4, 1e-5, real_only=True)
+  if model.config.local_window:
+    _compare_f64_unpadded(model, hf.double(), ids, mask)
+    return
   ref_h, ref_a = hf_oracle.run_hf(hf.double(), ids, mask, tt)
-  # HF's DebertaLayerNorm (v1) computes in float32 even in a float64 model.
-  tol = 2e-6 if model.config.family == "deberta" else 1e-9
+  # HF's DebertaLayerNorm (v1) computes in float32 even in a float64 model; HF ModernBERT
+  # rounds queries and keys to float32 for its rotation, and both rotary families take
+  # cos/sin from float32 angles (torch's float32 cos, 1 ulp from numpy's).
+  tol = {"deberta": 2e-6, "modernbert": 1e-7}.get(model.config.family, 1e-9)
   _compare(_ours_f64(model, ids, mask, token_type_ids=tt), ref_h, ref_a, mask,
            tol, tol, real_only=False)
+
+
+def _compare_f64_unpadded(model, hf64, ids, mask):
+  """float64 at the real tokens of each example run alone by HF: HF ModernBERT's eager
+  softmax runs in float32, where a float64 finfo.min becomes -inf, so a padded query with
+  no real key in its window gets NaN (and spreads it) in a float64 HF model. Ours on the
+  padded batch must agree at real tokens (pad keys are masked, positions start at 0)."""
+  ours = _ours_f64(model, ids, mask)
+  for b, n in enumerate(mask.sum(1)):
+    ref_h, ref_a = hf_oracle.run_hf(hf64, ids[b:b + 1, :n], mask[b:b + 1, :n])
+    for a, r in zip(ours.hidden_states, ref_h, strict=True):
+      np.testing.assert_allclose(a[b, :n], r[0], atol=1e-7, rtol=0)
+    for a, r in zip(ours.attentions, ref_a, strict=True):
+      np.testing.assert_allclose(a[b, :, :n, :n], r[0], atol=1e-7, rtol=0)
 
 
 def test_parity_deberta_v2_log_buckets_match_torch():
