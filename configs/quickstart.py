@@ -27,7 +27,6 @@ def get_config(arg=None):
   a = base.parse_arg(arg, task="sst2")
   c = base.cpu_preset(base.papa_config("minilm", a.task))
   c.data.max_train_examples = 4000
-  c.run.cache_max_gb = 4.0
   c.sort.max_train_examples = 2000
   c.run.log_every_steps = 50
   return c

@@ -7,7 +7,7 @@ import shutil
 import numpy as np
 import pytest
 
-from papa_jax import run
+from papa_jax import features, run
 from papa_jax.data import DataError
 from papa_jax.papa import means as means_lib
 from tests.testing import require_shared, tiny_config
@@ -122,6 +122,18 @@ def test_invalid_config_values_fail_fast(tmp_path):
     run.run(tiny_config(tmp_path, stage="everything"), str(tmp_path / "d"))
   with pytest.raises(run.ConfigError, match="papa.variants"):
     run.run(tiny_config(tmp_path, **{"papa.variants": ("raw", "fancy")}), str(tmp_path / "e"))
+
+
+def test_invalid_cache_budget_fails_before_any_stage_runs(tmp_path, minilm):
+  """A model whose cached features exceed run.cache_max_gb is refused before the means
+  pass and the sorting run (not hours later, at the probe stage)."""
+  del minilm
+  c = tiny_config(tmp_path, **{"probe.cache_features": True, "probe.encoder_dropout": False,
+                               "run.cache_max_gb": 0.001})
+  with pytest.raises(features.CacheTooLarge, match=r"80 examples needs 0.03 GiB, over the "
+                     r"budget run.cache_max_gb=0.001"):
+    run.run(c, str(tmp_path / "f"))
+  assert not os.path.exists(tmp_path / "f" / "means")
 
 
 @pytest.mark.slow

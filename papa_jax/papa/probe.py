@@ -144,12 +144,19 @@ def _check_inputs(setup: Setup):
   if any(static_head_counts(setup)):
     for v in setup.variants:
       means.constant_matrices(setup, v)
+  _check_cache_budget(setup)
+  return ranking
+
+
+def _check_cache_budget(setup: Setup) -> None:
+  """The feature cache fits `run.cache_max_gb`: checked before any stage runs, so a model
+  too large for the budget fails in seconds, not after the means and sorting runs."""
   if setup.config.probe.cache_features:
+    mc = setup.model.config
     n = len(setup.train_data) + len(setup.eval_data)
     features_lib.check_budget(features_lib.cache_bytes(
         n, mc.num_hidden_states, setup.max_length, mc.hidden_size,
         setup.config.probe.feature_dtype), setup.config.run.cache_max_gb, f"{n} examples")
-  return ranking
 
 
 def runs(setup: Setup) -> list[tuple[str, str, int]]:
@@ -183,4 +190,4 @@ def _run(setup: Setup) -> list[dict]:
 STAGE = Stage(name="probe", run=_run, inputs=("train", "eval"),
               needs=("means", "sort", "orderings"),
               writes=(RELATIVE.probe_result("*", "*", "*"), RELATIVE.results()),
-              groups=config_schema.PAPA_GROUPS)
+              groups=config_schema.PAPA_GROUPS, check=_check_cache_budget)
