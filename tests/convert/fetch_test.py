@@ -107,3 +107,17 @@ def test_installed_weights_are_the_pinned_bytes(key):
   name, sha = WEIGHTS_SHA256[key]
   assert json.load(open(os.path.join(path, fetch.SOURCE_FILE)))["sha256"][name] == sha
   assert fetch.sha256_file(os.path.join(path, name)) == sha
+
+
+@pytest.mark.parametrize("key,layers,heads", [("splade_tiny", 2, 2), ("minilm_l3", 3, 12)])
+def test_ladder_keys_load_through_the_configs(key, layers, heads):
+  """`configs/papa.py:model=KEY` and `--config.model.name=KEY` reach the installed model."""
+  from configs import papa as papa_config
+  from tests import testing
+  testing.require_model(key)
+  c = papa_config.get_config(f"model={key},task=sst2")
+  assert c.model.name == f"fetch:{key}"
+  for name in (c.model.name, key):
+    m = pj.load_pretrained(name)
+    assert (m.config.num_layers, m.config.num_heads) == (layers, heads)
+    assert m.tokenizer()("a fine movie")["input_ids"][:2] == [101, 1037]
