@@ -175,3 +175,20 @@ def test_edited_label_refused_naming_the_file_touch_is_not(tmp_path, minilm, dec
   meta = means_lib.load_means(means).metadata
   assert meta["data_files"]["train"] == {
       str(data / "train.tsv"): input_files.sha256(str(data / "train.tsv"))}
+
+
+def test_finetune_partial_sums_are_keyed_by_the_other_models_file_content(tmp_path):
+  from papa_jax.analysis import finetune  # pylint: disable=import-outside-toplevel
+  other = tmp_path / "other"
+  shutil.copytree(require_shared("fixtures", "tiny-random", "bert", "BertModel"), other)
+  os.chmod(other / "model.safetensors", 0o644)
+  key = lambda: finetune.Finetune(str(other)).key(None)
+  before = key()
+  _touch(other / "model.safetensors")
+  assert key() == before  # The same bytes.
+  with open(other / "model.safetensors", "r+b") as f:
+    f.seek(-1, os.SEEK_END)
+    last = f.read(1)
+    f.seek(-1, os.SEEK_END)
+    f.write(bytes([last[0] ^ 1]))  # One bit of the last weight.
+  assert key() != before
