@@ -9,8 +9,9 @@ read and checked, then the workdir bound to the config and to the content of
 what it reads (`workdir.bind`: an edited data file, tokenizer or weights file
 is refused by name, or its results removed under `overwrite`), then every
 reused output checked, then the stages in order. Nothing is written before
-the inputs have been read and checked. Each stage skips work whose outputs exist for this
-config, and a killed or preempted stage resumes from its last checkpoint.
+the inputs have been read and checked. Each stage skips work whose outputs
+exist for this config and inputs, and a killed or preempted stage resumes from
+its last checkpoint.
 The workdir's layout is `papa_jax/layout.py`'s. Commands above the stages
 (suite, report, explore) are `papa_jax/commands.py`'s.
 """

@@ -46,8 +46,10 @@ class Stage:
     writes: glob patterns, relative to the workdir, of the files that mark its
       work finished; while they exist the workdir is bound to `groups`.
     groups: the config groups its results depend on.
-    check: `check(setup)`, run before the workdir is bound: that outputs it
-      will reuse fit this run (None: nothing to check).
+    check: `check(setup)`, run once the workdir is bound (results of another
+      config or of edited inputs refused, or removed under `overwrite`) and
+      before any stage runs: that outputs it will reuse fit this run (None:
+      nothing to check).
   """
 
   name: str
