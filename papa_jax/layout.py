@@ -1,6 +1,7 @@
 """Where everything lives in a workdir: one object knows every path.
 
   config.json                          the resolved config (`workdir.bind`)
+  inputs.json                          what the results read, by content (`input_files`)
   means/means_{raw,effective}.npz      constant matrices (`papa/means.py`)
   sort/lambdas.npy, sorted_heads.json, history.json
   orderings/{name}.json                head orderings beside PAPA's (random draws, scores)
@@ -32,6 +33,10 @@ class Layout:
   @property
   def config(self) -> str:
     return self.path("config.json")
+
+  @property
+  def inputs(self) -> str:
+    return self.path("inputs.json")
 
   @property
   def lock(self) -> str:

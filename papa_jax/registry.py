@@ -3,7 +3,8 @@
 A stage module exports one `stage.Stage` record; adding a stage is one module
 and one entry here. `plan(name)` is a stage with everything it needs, in
 order; `finished_outputs()` maps each stage's finished-output patterns to the
-config groups they bind the workdir to.
+config groups they bind the workdir to, `finished_inputs()` to the data views
+they read.
 """
 
 from __future__ import annotations
@@ -45,6 +46,12 @@ def plan(name: str) -> tuple[Stage, ...]:
 def finished_outputs() -> dict[str, tuple[str, ...]]:
   """Finished-output glob (relative to the workdir) -> the config groups it depends on."""
   return {pattern: s.groups for s in STAGES for pattern in s.writes}
+
+
+def finished_inputs() -> dict[str, tuple[str, ...]]:
+  """Finished-output glob -> the data views it was computed from (its needs' included)."""
+  return {pattern: tuple(dict.fromkeys(v for n in plan(s.name) for v in n.inputs))
+          for s in STAGES for pattern in s.writes}
 
 
 def output_dirs() -> tuple[str, ...]:

@@ -5,10 +5,13 @@
 What a stage reads, needs, writes and depends on is its record in
 `papa_jax/registry.py`; this module only sequences them: static checks,
 then the `Setup` (data files checked before the model loads), every data view
-read and checked and every reused output checked, then the workdir bound to
-the config, then the stages in order. Nothing is written before the inputs
-have been read and checked. Each stage skips work whose outputs exist for this
-config, and a killed or preempted stage resumes from its last checkpoint.
+read and checked, then the workdir bound to the config and to the content of
+what it reads (`workdir.bind`: an edited data file, tokenizer or weights file
+is refused by name, or its results removed under `overwrite`), then every
+reused output checked, then the stages in order. Nothing is written before
+the inputs have been read and checked. Each stage skips work whose outputs
+exist for this config and inputs, and a killed or preempted stage resumes from
+its last checkpoint.
 The workdir's layout is `papa_jax/layout.py`'s. Commands above the stages
 (suite, report, explore) are `papa_jax/commands.py`'s.
 """
@@ -48,11 +51,17 @@ def run(config: ml_collections.ConfigDict, workdir: str):
   with workdir_lib.lock(workdir) if main else contextlib.nullcontext():
     setup = Setup(config, workdir, tuple(dict.fromkeys(v for s in stages for v in s.inputs)))
     setup.check_inputs()  # Nothing is written before the data has been read and checked.
+    # Refuses finished work of another config or other input content (or removes it under
+    # `overwrite`) before the stages check the outputs they will reuse.
+    workdir_lib.bind(config, workdir, finished=registry.finished_outputs(),
+                     output_dirs=registry.output_dirs(), main_process=main,
+                     inputs=setup.input_sources, finished_sources={
+                         p: setup.sources(views) + ("model",)
+                         for p, views in registry.finished_inputs().items()})
+    parallel.sync("workdir bound")  # Every process checks outputs after the removal.
     for s in stages:
       if s.check is not None:
         s.check(setup)
-    workdir_lib.bind(config, workdir, finished=registry.finished_outputs(),
-                     output_dirs=registry.output_dirs(), main_process=main)
     out = None
     for s in stages:
       t0 = time.perf_counter()

@@ -4,21 +4,25 @@ Each stage module exports one `Stage`; `papa_jax/registry.py` lists them, and
 the config check, the workdir binding, the data checks and the plan of a run
 all derive from those records (`run.py`). A stage's `run(setup)` gets the
 `Setup`: config, workdir layout, task, model, tokenizer, mesh and the data
-views it declared.
+views it declared. Every fingerprint of a unit of work (`Setup.fingerprint`)
+and every means file's data fingerprint covers the content of the files its
+views read (`Setup.data_fingerprint`), so an edited file is never reused.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 from typing import Any, Callable
 
 import jax
 import ml_collections
 import numpy as np
 
-from papa_jax import config_schema, convert, parallel, tokenization, workdir
+from papa_jax import config_schema, convert, input_files, parallel, tokenization, workdir
 from papa_jax import data as data_lib
+from papa_jax.convert import checkpoint_io
 from papa_jax.errors import ConfigError
 from papa_jax.layout import Layout
 
@@ -42,8 +46,10 @@ class Stage:
     writes: glob patterns, relative to the workdir, of the files that mark its
       work finished; while they exist the workdir is bound to `groups`.
     groups: the config groups its results depend on.
-    check: `check(setup)`, run before the workdir is bound: that outputs it
-      will reuse fit this run (None: nothing to check).
+    check: `check(setup)`, run once the workdir is bound (results of another
+      config or of edited inputs refused, or removed under `overwrite`) and
+      before any stage runs: that outputs it will reuse fit this run (None:
+      nothing to check).
   """
 
   name: str
@@ -139,11 +145,48 @@ class Setup:
       tokenization.check_unknown_rate(self.tokenizer, d.input_ids, d.attention_mask,
                                       f"{self.task.name}/{self.split_name(view)}")
 
-  def fingerprint(self, groups: tuple[str, ...], **unit) -> str:
-    """The fingerprint of one unit of work under this model and the config's `groups`."""
+  def sources(self, views: tuple[str, ...]) -> tuple[str, ...]:
+    """The data sources (split names) `views` read: their splits, and the train split
+    when the labels are collected from it."""
+    first = ("train",) if data_lib.collects_labels(self.config.data) else ()
+    return tuple(dict.fromkeys(first + tuple(self.split_name(v) for v in views)))
+
+  @functools.cached_property
+  def input_sources(self) -> dict[str, dict]:
+    """Every source this run reads by content: its data splits and `"model"`
+    (`input_files`); the workdir's `inputs.json` is the hash cache."""
+    known = {}
+    if os.path.exists(self.layout.inputs):
+      known = workdir.read_json(self.layout.inputs).get("sources", {})
+    out = {s: data_lib.source_record(self.config.data, s, known.get(s))
+           for s in self.sources(self.inputs)}
+    out["model"] = input_files.source_record(
+        model_files(self.model.model_dir), known.get("model"), fingerprint=self.model_fingerprint)
+    return out
+
+  def file_hashes(self, sources: tuple[str, ...] | None = None) -> dict[str, dict[str, str]]:
+    """Source -> {path: SHA-256} of what `sources` (default: all this run reads) read."""
+    return {s: {p: f["sha256"] for p, f in self.input_sources[s]["files"].items()}
+            for s in (self.input_sources if sources is None else sources)}
+
+  def data_fingerprint(self, views: tuple[str, ...]) -> str:
+    """What the data of `views` is: the data config and the content of every source read."""
+    return workdir.fingerprint(dict(config=self.config.data.to_dict(), content={
+        s: input_files.content(self.input_sources[s]) for s in self.sources(views)}))
+
+  def fingerprint(self, groups: tuple[str, ...], views: tuple[str, ...], **unit) -> str:
+    """The fingerprint of one unit of work reading `views`, under this model, the
+    content of its data and the config's `groups`."""
     return workdir.fingerprint(dict(unit, model=self.model_fingerprint, config=(
-        config_schema.result_config(self.config, groups))))
+        config_schema.result_config(self.config, groups)), data=self.data_fingerprint(views)))
 
   def result_fingerprint(self, **unit) -> str:
-    """The fingerprint of a means, sort or probe unit (the PAPA groups)."""
-    return self.fingerprint(config_schema.PAPA_GROUPS, **unit)
+    """The fingerprint of a sort, orderings or probe unit (the PAPA groups; train and eval)."""
+    return self.fingerprint(config_schema.PAPA_GROUPS, ("train", "eval"), **unit)
+
+
+def model_files(model_dir: str) -> list[str]:
+  """The files a model is read from: config.json, its weights and its tokenizer files."""
+  tokenizer = [os.path.join(model_dir, n) for n in tokenization.TOKENIZER_FILES]
+  return ([os.path.join(model_dir, "config.json")] + checkpoint_io.weight_files(model_dir)
+          + [p for p in tokenizer if os.path.isfile(p)])

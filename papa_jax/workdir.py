@@ -4,9 +4,12 @@ Every file a stage writes goes through `atomic_write` (a temporary file in the
 same directory, then `os.replace`), so a killed run never leaves a truncated
 result behind. A workdir is bound to the result fields that its finished work
 depends on (each stage's finished outputs and groups, `registry.finished_outputs`;
-e.g. PAPA runs do not depend on the `effective` group): a workdir holding no
-finished work yet is rebound freely, so a run that failed on a data error does
-not lock its workdir to the broken config. Paths are `layout.Layout`'s.
+e.g. PAPA runs do not depend on the `effective` group), and to the content of
+the inputs it read (data files, model: `input_files`; recorded in
+`inputs.json`): an edited file is refused by name, never reused. A workdir
+holding no finished work yet is rebound freely, so a run that failed on a data
+error does not lock its workdir to the broken config. Paths are
+`layout.Layout`'s.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from typing import IO, Any, Iterator, Mapping, Sequence
 import ml_collections
 from absl import logging
 
-from papa_jax import attention, config_schema, cpu_tuning
+from papa_jax import attention, config_schema, cpu_tuning, input_files
 from papa_jax.errors import ConfigError
 from papa_jax.layout import RESULT_FILES, Layout
 
@@ -105,10 +108,30 @@ def prepare(workdir: str) -> None:
     raise ConfigError(f"Cannot create --workdir={workdir}: {e}.") from e
 
 
+def _input_problem(layout: Layout, inputs: Mapping[str, dict] | None,
+                   sources: set[str]) -> tuple[dict[str, dict], str]:
+  """The recorded sources, and how the `sources` finished work read differ from `inputs`
+  ('' when they do not, or when `inputs` is None: not checked)."""
+  recorded = {}
+  if inputs is not None and os.path.exists(layout.inputs):
+    saved = read_json(layout.inputs)
+    recorded = saved.get("sources", {}) if saved.get("format") == input_files.FORMAT else {}
+  if inputs is None or not sources:
+    return recorded, ""
+  if not recorded:
+    return recorded, ("holds results written before papa-jax recorded the content of the "
+                      f"files they read (no {os.path.basename(layout.inputs)}), so they cannot "
+                      "be shown to come from the current files")
+  changed = input_files.changes(recorded, inputs, sources)
+  return recorded, ("holds results of other input files: " + "; ".join(changed[:8])
+                    if changed else "")
+
+
 def bind(config: ml_collections.ConfigDict, workdir: str, *,
          finished: Mapping[str, tuple[str, ...]], output_dirs: Sequence[str] = (),
-         main_process: bool = True) -> None:
-  """Refuses a workdir whose finished work came from other result fields.
+         main_process: bool = True, inputs: Mapping[str, dict] | None = None,
+         finished_sources: Mapping[str, tuple[str, ...]] | None = None) -> None:
+  """Refuses a workdir whose finished work came from other result fields or other inputs.
 
   Args:
     config: this run's config.
@@ -116,36 +139,47 @@ def bind(config: ml_collections.ConfigDict, workdir: str, *,
     finished: finished-output glob -> config groups (`registry.finished_outputs()`).
     output_dirs: the stages' folders, removed with the results under `config.overwrite`.
     main_process: only the main process writes.
+    inputs: the sources this run reads, by content (`input_files`; None: not checked).
+    finished_sources: finished-output glob -> the sources it read.
 
-  With `config.overwrite`, the other config's results are removed instead.
+  With `config.overwrite`, the other config's (or inputs') results are removed instead.
   """
   layout = Layout(workdir)
   path = layout.config
   mine = config_schema.result_config(config)
+  recorded, problems = {}, []
   if os.path.exists(path):
     theirs = config_schema.result_config(config_schema.migrate(read_json(path)))
     bound = bound_groups(workdir, finished)
     diff = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k)
                   and k.split(".")[0] in bound)
+    recorded, changed = _input_problem(layout, inputs,
+                                       bound_groups(workdir, finished_sources or {}))
     if diff:
-      if not config.overwrite:
-        details = "; ".join(f"{k}: {theirs.get(k)!r} -> {mine.get(k)!r}" for k in diff[:8])
-        raise ConfigError(
-            f"Workdir {workdir} holds results of a different config ({details}). "
-            "Use another --workdir, or --config.overwrite=True to replace them.")
-      if main_process:
-        logging.warning("overwrite=True: removing results of the previous config in %s.",
-                        workdir)
-        for name in tuple(output_dirs) + ("cache",):
-          shutil.rmtree(layout.path(name), ignore_errors=True)
-        for name in RESULT_FILES:
-          with contextlib.suppress(FileNotFoundError):
-            os.remove(layout.path(name))
-    elif mine != theirs:
+      details = "; ".join(f"{k}: {theirs.get(k)!r} -> {mine.get(k)!r}" for k in diff[:8])
+      problems.append(f"holds results of a different config ({details})")
+    if changed:
+      problems.append(changed)
+    if problems and not config.overwrite:
+      raise (ConfigError if diff else input_files.InputChangedError)(
+          f"Workdir {workdir} {' and '.join(problems)}. Use another --workdir, or "
+          "--config.overwrite=True to replace them (recomputed from the current files).")
+    if problems and main_process:
+      logging.warning("overwrite=True: removing the results in %s (%s).", workdir,
+                      "; ".join(problems))
+      for name in tuple(output_dirs) + ("cache",):
+        shutil.rmtree(layout.path(name), ignore_errors=True)
+      for name in RESULT_FILES:
+        with contextlib.suppress(FileNotFoundError):
+          os.remove(layout.path(name))
+    elif not problems and mine != theirs:
       logging.info("%s held other result fields that no finished work here depends on; "
                    "rebinding the workdir.", path)
   if main_process:
     write_json(path, json.loads(config.to_json_best_effort()))
+    if inputs is not None:
+      kept = {} if problems else recorded  # Sources read before and not read by this run.
+      write_json(layout.inputs, dict(format=input_files.FORMAT, sources=dict(kept, **inputs)))
 
 
 class WorkdirLocked(ConfigError):

@@ -169,3 +169,14 @@ def test_invalid_workdir_is_an_existing_file(tmp_path):
   path.write_text("x")
   with pytest.raises(run.ConfigError, match="exists and is not a directory"):
     run.run(tiny_config(tmp_path), str(path))
+
+
+@pytest.mark.slow
+def test_overwrite_replaces_means_that_a_reuse_check_would_refuse(tmp_path, minilm):
+  del minilm
+  wd = str(tmp_path / "wd")
+  run.run(tiny_config(tmp_path, stage="means"), wd)
+  with pytest.raises(run.ConfigError, match="different config.*data.max_length"):
+    run.run(tiny_config(tmp_path, stage="means", **{"data.max_length": 16}), wd)
+  run.run(tiny_config(tmp_path, stage="means", overwrite=True, **{"data.max_length": 16}), wd)
+  assert means_lib.load_means(os.path.join(wd, "means", "means_raw.npz")).avgs.shape[-1] == 16

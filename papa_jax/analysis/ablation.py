@@ -113,6 +113,7 @@ def rank_agreement(drop: np.ndarray, gates: np.ndarray, fraction: float = 0.5) -
 # The ablation stage.
 
 GROUPS = ("model", "data", "sort", "probe", "effective", "ablation")
+INPUTS = ("train", "analysis")  # The probe trains on train; heads are scored on analysis.
 
 
 def _baseline_probe(setup: Setup):
@@ -127,7 +128,7 @@ def _baseline_probe(setup: Setup):
   tr, ev = (features.compute(encoder, d, setup.mesh, c.run.batch_size, desc=f"features {s}")
             for d, s in ((setup.train_data, "train"), (setup.analysis_data, "eval")))
   seed = setup.seeds[0]
-  fp = setup.fingerprint(GROUPS, stage="ablation-probe", seed=seed)
+  fp = setup.fingerprint(GROUPS, INPUTS, stage="ablation-probe", seed=seed)
   probe = train.probe_module(setup.task, mc, c.probe)
   run_dir = setup.layout.path("ablation", f"probe_{fp[:12]}")  # One per config.
   state, history, logits = train.fit(
@@ -148,7 +149,7 @@ def _run(setup: Setup) -> dict:
   frozen = parallel.put_replicated((setup.model.params, probe_params, jnp.asarray(hidden),
                                     constants), setup.mesh)
   units = [(kind, layer) for kind in kinds for layer in range(mc.num_layers)]
-  key = setup.fingerprint(GROUPS, stage="ablation")
+  key = setup.fingerprint(GROUPS, INPUTS, stage="ablation")
   partial = setup.layout.partial("ablation")
   saved = resume.load(partial, key)
   scores = dict(saved.arrays) if saved else {k: np.zeros((mc.num_layers, mc.num_heads))
@@ -181,5 +182,5 @@ def _run(setup: Setup) -> dict:
   return summary
 
 
-STAGE = Stage(name="ablation", run=_run, inputs=("train", "analysis"), needs=("means",),
+STAGE = Stage(name="ablation", run=_run, inputs=INPUTS, needs=("means",),
               writes=(RELATIVE.stats("ablation"),), groups=GROUPS)

@@ -19,13 +19,13 @@ from typing import ClassVar
 import jax.numpy as jnp
 import numpy as np
 
-from papa_jax import convert, effective, tokenization
+from papa_jax import convert, effective, input_files, tokenization
 from papa_jax import runner
 from papa_jax.analysis import figures, per_head
 from papa_jax.analysis.effective_stats import js_divergence
 from papa_jax.errors import ConfigError
 from papa_jax.models.config import EncoderConfig
-from papa_jax.stage import Setup
+from papa_jax.stage import Setup, model_files
 
 PER_HEAD = ("cos_raw", "cos_eff", "js_raw")
 
@@ -81,7 +81,11 @@ class Finetune(per_head.PerHeadAnalysis):
     return (setup.model.params, other.params)
 
   def key(self, setup: Setup) -> dict:
-    return dict(other=self.other_model)
+    """The other model by the content of its files: partial sums of other weights are
+    never resumed."""
+    files = model_files(convert.resolve_model_dir(self.other_model))
+    return dict(other=self.other_model,
+                other_files=input_files.content(input_files.source_record(files)))
 
   def stats(self, outs, batch, mask, params) -> dict[str, runner.Weighted]:
     del params

@@ -113,7 +113,8 @@ def run(kind: type[PerHeadAnalysis], setup: Setup) -> dict:
     totals = runner.sum_pass(
         analysis.stats, analysis.capture, setup.model.config, params, arrays, setup.mesh,
         batch_size=c.run.batch_size, partial=partial,
-        run_key=setup.fingerprint(analysis.groups, stage=analysis.name, **analysis.key(setup)),
+        run_key=setup.fingerprint(analysis.groups, ("analysis",), stage=analysis.name,
+                                **analysis.key(setup)),
         checkpoint_every=c.run.checkpoint_every_batches, desc=analysis.name)
   st = analysis.finalize(totals)
   summary = dict(model=c.model.name, task=setup.task.name, split=c.effective.split,

@@ -4,7 +4,8 @@ A task is data (`tasks.Task`): a built-in entry of `TASKS`, or one declared in
 `config.data.custom` (`data.task="custom"`). `resolve_task(config.data)` gives
 the complete task (with labels collected from the train split when not listed);
 `check_files` fails fast when a split's file is missing; `load_split` gives a
-split's `Encoded` arrays.
+split's `Encoded` arrays; `source_record` what a split is by content (its
+file's hash, or its TFDS dataset, version and files).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import os
 import numpy as np
 from absl import logging
 
+from papa_jax import input_files
 from papa_jax.data import readers, sources
 from papa_jax.data.declare import check_config, data_dir, resolve_task
 from papa_jax.data.errors import DataError, TaskConfigError
@@ -21,8 +23,8 @@ from papa_jax.data.preprocess import IGNORE, Encoded, encode
 from papa_jax.data.tasks import TASKS, Task, get_task
 
 __all__ = ["IGNORE", "TASKS", "DataError", "Encoded", "Task", "TaskConfigError",
-           "check_config", "check_files", "data_dir", "get_task", "load_records",
-           "load_split", "resolve_task", "subsample", "subsample_indices"]
+           "check_config", "check_files", "collects_labels", "data_dir", "get_task", "load_records",
+           "load_split", "resolve_task", "source_record", "subsample", "subsample_indices"]
 
 
 def tfds_dir(data_cfg) -> str:
@@ -38,6 +40,23 @@ def check_files(data_cfg, splits) -> None:
     directory = data_dir(data_cfg, task)
     for split in splits:
       readers.split_path(task, directory, split)
+
+
+def collects_labels(data_cfg) -> bool:
+  """Whether the labels are collected from the train split (then every split's label ids
+  depend on the train file)."""
+  task = check_config(data_cfg)
+  return task.kind != "regression" and not task.label_names
+
+
+def source_record(data_cfg, split: str, known: dict | None = None) -> dict:
+  """Split `split` by content (`input_files.source_record`): its file, or its TFDS
+  dataset; `known` is its previous record (the hash cache)."""
+  task = check_config(data_cfg)
+  if data_cfg.source == "tfds":
+    return sources.catalog_source(task, split, tfds_dir(data_cfg), known)
+  path = readers.split_path(task, data_dir(data_cfg, task), split)
+  return input_files.source_record([path], known)
 
 
 def _records(task: Task, data_cfg, split: str) -> list[dict]:

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from papa_jax import input_files
 from papa_jax.data.errors import DataError
 from papa_jax.data.tasks import Task
 
@@ -55,12 +56,33 @@ def _all(source) -> list[dict]:
   return [{k: _decode(v) for k, v in ex.items()} for ex in examples]
 
 
-def catalog_records(task: Task, split: str, tfds_dir: str) -> list[dict]:
-  """Records from the TFDS catalog (needs network on first use)."""
-  # Imported here: TensorFlow Datasets is slow to import and only this path needs it.
+def _tfds():
+  """TensorFlow Datasets with this project's builders registered (slow to import: only the
+  catalog path needs it)."""
   import tensorflow_datasets as tfds
   import tensorflow_datasets.text.conll2003  # noqa: F401  Registers builders.
   import tensorflow_datasets.text.glue  # noqa: F401
+  return tfds
+
+
+def catalog_source(task: Task, split: str, tfds_dir: str,
+                   known: dict | None = None) -> dict:
+  """A catalog split by content (`input_files`): the dataset's name and version, the
+  split, and its prepared files (none when TFDS did not write them under `tfds_dir`)."""
+  tfds = _tfds()
+  builder = tfds.builder(task.tfds_name, data_dir=tfds_dir, file_format="array_record")
+  name = task.tfds_splits.get(split, split)
+  try:
+    paths = [str(p) for p in builder.info.splits[name].filepaths]
+  except (KeyError, ValueError):  # Not prepared here (a mocked or foreign catalog).
+    paths = []
+  return input_files.source_record([p for p in paths if os.path.isfile(p)], known,
+                                   tfds=builder.info.full_name, tfds_split=name)
+
+
+def catalog_records(task: Task, split: str, tfds_dir: str) -> list[dict]:
+  """Records from the TFDS catalog (needs network on first use)."""
+  tfds = _tfds()
   if not task.tfds_name:
     raise DataError(f"Task {task.name} has no TFDS catalog entry: use data.source='local'.")
   if split not in task.tfds_splits:

@@ -11,8 +11,10 @@ File format (`.npz`): `avgs` float32 `[layers, heads, L, L]`, `sums` float64
 (same shape), `counts` float64 `[L, L]`, and `metadata`, a JSON string with
 `format`, `model`, `model_fingerprint`, `architecture`, `task`, `split`,
 `max_length`, `num_examples`, `attention`, `papa_layout`,
-`faithful_segment_ids`. The raw pass also stores, in the same pass, what the
-other constants and the input-dependence scores need
+`faithful_segment_ids`, `data_fingerprint` (the data config and the content of
+the files read, `Setup.data_fingerprint`) and `data_files` (their SHA-256).
+The raw pass also stores, in the same pass, what the other constants and the
+input-dependence scores need
 (`shared/spec/context_mixing.md` §8): `sums_sq` (`sum_b m_i m_j A^2`),
 `sums_xlogx` (`sum_b m_i m_j A log A`), `row_sums` (`sum_b m_i A`: each query
 row's real keys) and `row_counts` (`sum_b m_i`, `[L, L]`), all float64.
@@ -225,7 +227,8 @@ def metadata(setup: Setup, variant: str) -> dict:
               architecture=mc.architecture_dict(), task=setup.task.name, split="train",
               max_length=setup.max_length, attention=variant, papa_layout=d.papa_layout,
               faithful_segment_ids=d.faithful_segment_ids,
-              data_fingerprint=workdir.fingerprint(d.to_dict()))
+              data_fingerprint=setup.data_fingerprint(("train",)),
+              data_files=setup.file_hashes(setup.sources(("train",))))
 
 
 def load_checked(setup: Setup, variant: str) -> Means:
@@ -239,8 +242,17 @@ def load_checked(setup: Setup, variant: str) -> Means:
     if m.metadata.get(key) != want[key]:
       raise MeansFileError(
           f"{path} was computed with {key}={m.metadata.get(key)!r}, this run has "
-          f"{want[key]!r} (a different data config: {setup.config.data}).")
+          f"{want[key]!r} (other data: the data config or the content of "
+          f"{_files_changed(m.metadata, want)}).")
   return m
+
+
+def _files_changed(saved: dict, want: dict) -> str:
+  """The data files whose hashes differ between two means metadata (or all of this run's)."""
+  old, new = saved.get("data_files", {}), want["data_files"]
+  changed = [p for s, files in new.items() for p, h in files.items()
+             if old.get(s, {}).get(p) != h]
+  return ", ".join(changed or [p for files in new.values() for p in files])
 
 
 def constant_matrices(setup: Setup, variant: str) -> np.ndarray:

@@ -179,7 +179,7 @@ def _run(setup: Setup) -> list[dict]:
     rows.extend(probe_runs(setup, variant, name, k, rankings[name], done))
   meta = dict(config=setup.config.to_dict(), seeds=list(setup.seeds),
               label_names=list(setup.task.label_names), model_fingerprint=setup.model_fingerprint,
-              **workdir.provenance())
+              input_files=setup.file_hashes(), **workdir.provenance())
   if parallel.is_main_process():
     clean = [{k: v for k, v in r.items() if k not in ("history", "fingerprint")} for r in rows]
     paths = results.write_all(setup.layout, clean, meta)
