@@ -177,6 +177,9 @@ def get_config() -> ml_collections.ConfigDict:
       num_devices=-1,  # Devices of the data mesh; -1: every device.
       cache_dir="",  # '' keeps cached features in memory; else a folder for .npy files.
       cache_max_gb=8.0,
+      # A workdir on object storage (gs://) is locked by a lease object; one whose
+      # heartbeat is older than this many seconds is taken over (papa_jax/lease.py).
+      lease_stale_seconds=120.0,
       distributed=ml_collections.ConfigDict(dict(
           enabled=False,  # jax.distributed.initialize() for multi-host (TPU pod) runs.
           coordinator_address="", num_processes=-1, process_id=-1, local_device_count=-1,
