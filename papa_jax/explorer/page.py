@@ -14,7 +14,7 @@ import jax
 import ml_collections
 from absl import logging
 
-from papa_jax import config_schema, convert, reader
+from papa_jax import config_schema, convert, reader, storage
 from papa_jax.explorer import collect, pack
 from papa_jax.papa import means as means_lib
 from papa_jax.papa import schedule
@@ -198,9 +198,7 @@ def write_explorer(workdir: str, *, examples: Sequence[int] = ExplorerConfig.exa
   path = path or os.path.join(workdir, ExplorerConfig.output)
   html = render(payload(workdir, examples=examples, max_examples=max_examples, model=model,
                         mixing=mixing))
-  tmp = f"{path}.tmp-{os.getpid()}"
-  with open(tmp, "w", encoding="utf-8") as f:
+  with storage.atomic_write(path, "w", encoding="utf-8") as f:
     f.write(html)
-  os.replace(tmp, path)
-  logging.info("explorer: wrote %s (%.2f MB).", path, os.path.getsize(path) / 1e6)
+  logging.info("explorer: wrote %s (%.2f MB).", path, len(html.encode()) / 1e6)
   return path
