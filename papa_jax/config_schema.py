@@ -342,6 +342,11 @@ def validate(config: ml_collections.ConfigDict) -> None:
       raise ConfigError(f"run.{name} must be >= 0 (0: never / at epoch ends only).")
   if config.run.cache_max_gb <= 0:
     raise ConfigError("run.cache_max_gb must be > 0.")
+  if "://" in config.run.cache_dir:
+    raise ConfigError(f"run.cache_dir={config.run.cache_dir!r} must be a local folder (cached "
+                      "features are memory-mapped); the workdir itself may be on gs://.")
+  if not config.run.lease_stale_seconds > 0:
+    raise ConfigError("run.lease_stale_seconds must be > 0.")
   if not (config.report.n_boot >= 100 and 0.5 < config.report.level < 1):
     raise ConfigError("report.n_boot must be >= 100 and report.level in (0.5, 1).")
   bad = set(config.ablation.kinds) - set(ABLATIONS)

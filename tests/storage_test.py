@@ -8,7 +8,8 @@ import time
 import numpy as np
 import pytest
 
-from papa_jax import lease, preemption, run, storage, workdir
+from papa_jax import config_schema, lease, preemption, run, storage, workdir
+from papa_jax.errors import ConfigError
 from tests import fake_gcs
 from tests.testing import sigterm_during_batch, tiny_config
 
@@ -80,6 +81,12 @@ def test_lease_race_lost_during_settle_is_refused(gcs, monkeypatch):
   with pytest.raises(workdir.WorkdirLocked, match="host racer, pid 2"):
     with lease.hold(f"{WD}/.lock", WD, settle_seconds=0):
       pass
+
+
+def test_feature_cache_must_be_local(tmp_path):
+  c = tiny_config(tmp_path, **{"run.cache_dir": "gs://bucket/cache"})
+  with pytest.raises(ConfigError, match="run.cache_dir='gs://bucket/cache' must be a local"):
+    config_schema.validate(c)
 
 
 @pytest.mark.slow
