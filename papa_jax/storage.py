@@ -160,3 +160,8 @@ def readable(path: str) -> str | IO[bytes]:
     return path
   with open(path, "rb") as f:
     return io.BytesIO(f.read())
+
+
+def display(path: str) -> str:
+  """`path` as shown to a reader: absolute if local, the URI itself if remote."""
+  return os.path.abspath(path) if is_local(path) else path

@@ -137,7 +137,7 @@ def payload(workdir: str, *, examples: Sequence[int] = ExplorerConfig.examples,
       layers=layers, heads=heads, max_length=L, papa_layout=layout,
       fractions=fractions, counts=schedule.static_head_counts(layers * heads, fractions),
       mixing_maps=[[n, collect.MIXING_LABELS[n]] for n in names],
-      quantization=QUANTIZATION, warnings=warnings, workdir=os.path.abspath(workdir),
+      quantization=QUANTIZATION, warnings=warnings, workdir=storage.display(workdir),
       created=datetime.datetime.now().isoformat(timespec="seconds"))
   means_out = {}
   for variant, m in means.items():
