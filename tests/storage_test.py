@@ -8,7 +8,7 @@ import time
 import numpy as np
 import pytest
 
-from papa_jax import config_schema, lease, preemption, run, storage, workdir
+from papa_jax import config_schema, lease, preemption, reader, run, storage, workdir
 from papa_jax.errors import ConfigError
 from tests import fake_gcs
 from tests.testing import sigterm_during_batch, tiny_config
@@ -109,3 +109,5 @@ def test_means_stage_on_object_storage_resumes_after_preemption(tmp_path, gcs, m
     for k in ("avgs", "sums", "counts"):
       np.testing.assert_array_equal(z[k], ref[k])
   assert sorted(storage.listdir(WD)) == ["config.json", "inputs.json", "means"]
+  read, ref = reader.read_workdir(WD), reader.read_workdir(local)  # What report/explore read.
+  np.testing.assert_array_equal(read.means["raw"].sums, ref.means["raw"].sums)
