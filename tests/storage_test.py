@@ -40,6 +40,18 @@ def test_remote_atomic_write_publishes_the_whole_object_or_nothing(gcs):
   assert storage.glob(f"{WD}/*/means_*.npz") == [path]
 
 
+def test_remote_listing_and_removal(gcs):
+  """What `bind` under `overwrite` and the suite's cell discovery use."""
+  for name in ("means/means_raw.npz", "probe/raw_k1_s0/result.json", "results.json"):
+    storage.put(f"{WD}/{name}", b"x")
+  assert storage.listdir(WD) == ["means", "probe", "results.json"] and storage.isdir(WD)
+  assert storage.glob(f"{WD}/probe/*_k*_s*/result.json") == [f"{WD}/probe/raw_k1_s0/result.json"]
+  storage.rmtree(f"{WD}/probe")
+  storage.remove(f"{WD}/results.json")
+  storage.remove(f"{WD}/never-written.json")  # Missing: no error, like the local one.
+  assert storage.listdir(WD) == ["means"] and not storage.exists(f"{WD}/probe")
+
+
 def test_remote_write_error_names_the_object(gcs, monkeypatch):
   def full(path, data):
     raise OSError(28, "No space left on device")
