@@ -35,10 +35,6 @@ def is_local(path: str | os.PathLike) -> bool:
   return "://" not in os.fspath(path)
 
 
-def join(*parts: str) -> str:
-  return os.path.join(*parts)  # Keeps `gs://bucket/a` + `b` as `gs://bucket/a/b`.
-
-
 def exists(path: str) -> bool:
   return os.path.exists(path) if is_local(path) else epath.Path(path).exists()
 
@@ -80,8 +76,7 @@ def open(path: str, mode: str = "r", **kwargs: Any) -> IO:  # pylint: disable=re
   """Opens `path` for reading (writes go through `atomic_write`)."""
   if is_local(path):
     return io.open(path, mode, **kwargs)
-  f = epath.Path(path).open(mode.replace("t", ""))
-  return f
+  return epath.Path(path).open(mode.replace("t", ""))
 
 
 def read_text(path: str) -> str:
