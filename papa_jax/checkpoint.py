@@ -15,7 +15,7 @@ import jax
 from absl import logging
 import orbax.checkpoint as ocp
 
-from papa_jax import workdir
+from papa_jax import storage, workdir
 
 
 class CheckpointError(ValueError):
@@ -26,7 +26,7 @@ class Checkpointer:
   """Save/restore `(state, meta)` per step under `directory`."""
 
   def __init__(self, directory: str, max_to_keep: int = 2):
-    self.directory = os.path.abspath(directory)
+    self.directory = storage.display(directory)
     self._mgr = ocp.CheckpointManager(
         self.directory, options=ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True))
 

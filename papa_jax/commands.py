@@ -33,7 +33,8 @@ def main(config: ml_collections.ConfigDict, workdir: str):
   if config.stage == "suite":
     return suite.run_suite(config, workdir)  # Each cell takes its own lock.
   main_process = parallel.is_main_process()
-  with workdir_lib.lock(workdir) if main_process else contextlib.nullcontext():
+  stale = config.run.lease_stale_seconds
+  with workdir_lib.lock(workdir, stale) if main_process else contextlib.nullcontext():
     if not main_process:
       return None
     if config.stage == "report":

@@ -177,6 +177,9 @@ def get_config() -> ml_collections.ConfigDict:
       num_devices=-1,  # Devices of the data mesh; -1: every device.
       cache_dir="",  # '' keeps cached features in memory; else a folder for .npy files.
       cache_max_gb=8.0,
+      # A workdir on object storage (gs://) is locked by a lease object; one whose
+      # heartbeat is older than this many seconds is taken over (papa_jax/lease.py).
+      lease_stale_seconds=120.0,
       distributed=ml_collections.ConfigDict(dict(
           enabled=False,  # jax.distributed.initialize() for multi-host (TPU pod) runs.
           coordinator_address="", num_processes=-1, process_id=-1, local_device_count=-1,
@@ -339,6 +342,11 @@ def validate(config: ml_collections.ConfigDict) -> None:
       raise ConfigError(f"run.{name} must be >= 0 (0: never / at epoch ends only).")
   if config.run.cache_max_gb <= 0:
     raise ConfigError("run.cache_max_gb must be > 0.")
+  if "://" in config.run.cache_dir:
+    raise ConfigError(f"run.cache_dir={config.run.cache_dir!r} must be a local folder (cached "
+                      "features are memory-mapped); the workdir itself may be on gs://.")
+  if not config.run.lease_stale_seconds > 0:
+    raise ConfigError("run.lease_stale_seconds must be > 0.")
   if not (config.report.n_boot >= 100 and 0.5 < config.report.level < 1):
     raise ConfigError("report.n_boot must be >= 100 and report.level in (0.5, 1).")
   bad = set(config.ablation.kinds) - set(ABLATIONS)

@@ -11,13 +11,12 @@ means file must have the same shape).
 from __future__ import annotations
 
 import dataclasses
-import glob
 import os
 from typing import Any
 
 import numpy as np
 
-from papa_jax import config_schema, workdir
+from papa_jax import config_schema, storage, workdir
 from papa_jax.layout import Layout
 from papa_jax.papa import means as means_lib
 from papa_jax.papa import schedule
@@ -57,39 +56,40 @@ class FinishedWorkdir:
     """A results row's saved dev outputs (`predictions`, `labels`, maybe `logits`)."""
     path = (self.layout.path(row["run"], "predictions.npz") if row.get("run") else
             self.layout.probe_predictions(row["variant"], row["static_heads"], row["seed"]))
-    if not os.path.exists(path):
+    if not storage.exists(path):
       return None
-    with np.load(path) as z:
+    with np.load(storage.readable(path)) as z:
       return {k: z[k] for k in z.files}
 
 
 def read_workdir(path: str, *, with_means: bool = True) -> FinishedWorkdir:
   """Reads a finished workdir (`config.json` at least); see `FinishedWorkdir`."""
   layout = Layout(path)
-  if not os.path.exists(layout.config):
+  if not storage.exists(layout.config):
     raise FileNotFoundError(f"{layout.config} does not exist: {path} is not a finished "
                             "workdir.")
   out = FinishedWorkdir(layout, config_schema.migrate(workdir.read_json(layout.config)))
-  if os.path.exists(layout.results()):
+  if storage.exists(layout.results()):
     out.results = workdir.read_json(layout.results())
   if with_means:
     out.means = {v: means_lib.load_means(layout.means(v)) for v in means_lib.FILE_VARIANTS
-                 if os.path.exists(layout.means(v))}
+                 if storage.exists(layout.means(v))}
     shapes = {v: m.avgs.shape for v, m in out.means.items()}
     if len(set(shapes.values())) > 1:
       raise ValueError(f"Means files of different shapes in {path}: {shapes}.")
-  if os.path.exists(layout.ranking):
-    out.lambdas = np.load(layout.lambdas) if os.path.exists(layout.lambdas) else None
+  if storage.exists(layout.ranking):
+    out.lambdas = (np.load(storage.readable(layout.lambdas))
+                   if storage.exists(layout.lambdas) else None)
     shape = _heads_shape(out)
     out.ranking = schedule.load_ranking(layout.ranking, *shape)
     if out.lambdas is not None and out.lambdas.shape != shape:
       raise ValueError(f"{layout.lambdas} has shape {out.lambdas.shape}; expected {shape}.")
-  for path in sorted(glob.glob(layout.ordering("*"))):
+  for path in sorted(storage.glob(layout.ordering("*"))):
     saved = workdir.read_json(path)
     if out.ranking is not None or out.means:
       schedule.check_ranking(saved["ranking"], *_heads_shape(out), path)
     out.orderings[os.path.basename(path)[:-len(".json")]] = saved
-  for path in sorted(glob.glob(layout.stats("*"))):  # Each analysis stage's statistics.
+  for path in sorted(storage.glob(layout.stats("*"))):  # Each analysis stage's statistics.
     out.stats[os.path.basename(os.path.dirname(path))] = workdir.read_json(path)
   return out
 

@@ -27,7 +27,7 @@ from typing import Sequence
 
 import numpy as np
 
-from papa_jax import report_controls, report_figures, uncertainty, workdir
+from papa_jax import report_controls, report_figures, storage, uncertainty, workdir
 from papa_jax.data.tasks import Task
 from papa_jax.report_markdown import csv_rows, fraction_label, jsonable, markdown
 
@@ -304,7 +304,7 @@ def write_report(experiments: Sequence[Experiment], out_dir: str, *, n_boot: int
   Keys: "md", "json", "csv", "curves", "scatter", and "means/<model>/<task>",
   "gates/<model>/<task>" for experiments that have constant matrices / gates.
   """
-  os.makedirs(out_dir, exist_ok=True)
+  storage.makedirs(out_dir)
   report = analyse(experiments, n_boot=n_boot, seed=seed, level=level)
   paths = {k: os.path.join(out_dir, f) for k, f in (
       ("md", "report.md"), ("json", "report.json"), ("csv", "report.csv"))}

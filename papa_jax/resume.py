@@ -10,14 +10,12 @@ File: `.npz` with `format`, `run_key`, `position` and each array as `a/<name>`.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import os
 import zipfile
 
 import numpy as np
 
-from papa_jax import workdir
+from papa_jax import storage, workdir
 
 FORMAT = "papa-jax-partial/1"
 
@@ -32,10 +30,10 @@ class Partial:
 
 def load(path: str, run_key: str) -> Partial | None:
   """The partial state of the same computation at `path`, or None."""
-  if not path or not os.path.exists(path):
+  if not path or not storage.exists(path):
     return None
   try:
-    with np.load(path, allow_pickle=False) as z:
+    with np.load(storage.readable(path), allow_pickle=False) as z:
       if str(z["format"]) != FORMAT or str(z["run_key"]) != run_key:
         return None
       arrays = {k[2:]: z[k] for k in z.files if k.startswith("a/")}
@@ -51,5 +49,4 @@ def save(path: str, run_key: str, position: int, arrays: dict[str, np.ndarray]) 
 
 
 def remove(path: str) -> None:
-  with contextlib.suppress(FileNotFoundError):
-    os.remove(path)
+  storage.remove(path)

@@ -48,7 +48,8 @@ def run(config: ml_collections.ConfigDict, workdir: str):
   stages = check_config(config)
   workdir_lib.prepare(workdir)
   main = parallel.is_main_process()
-  with workdir_lib.lock(workdir) if main else contextlib.nullcontext():
+  stale = config.run.lease_stale_seconds
+  with workdir_lib.lock(workdir, stale) if main else contextlib.nullcontext():
     setup = Setup(config, workdir, tuple(dict.fromkeys(v for s in stages for v in s.inputs)))
     setup.check_inputs()  # Nothing is written before the data has been read and checked.
     # Refuses finished work of another config or other input content (or removes it under

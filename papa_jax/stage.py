@@ -20,7 +20,8 @@ import jax
 import ml_collections
 import numpy as np
 
-from papa_jax import config_schema, convert, input_files, parallel, tokenization, workdir
+from papa_jax import config_schema, convert, input_files, parallel, storage, tokenization
+from papa_jax import workdir
 from papa_jax import data as data_lib
 from papa_jax.convert import checkpoint_io
 from papa_jax.errors import ConfigError
@@ -156,7 +157,7 @@ class Setup:
     """Every source this run reads by content: its data splits and `"model"`
     (`input_files`); the workdir's `inputs.json` is the hash cache."""
     known = {}
-    if os.path.exists(self.layout.inputs):
+    if storage.exists(self.layout.inputs):
       known = workdir.read_json(self.layout.inputs).get("sources", {})
     out = {s: data_lib.source_record(self.config.data, s, known.get(s))
            for s in self.sources(self.inputs)}

@@ -25,7 +25,7 @@ from typing import Sequence
 import ml_collections
 from absl import logging
 
-from papa_jax import reader, report, results, run
+from papa_jax import reader, report, results, run, storage
 from papa_jax import workdir as workdir_lib
 from papa_jax import data as data_lib
 from papa_jax.convert import MODEL_KEYS
@@ -107,10 +107,10 @@ def run_suite(config: ml_collections.ConfigDict, path: str) -> dict | None:
 
 def finished_cells(path: str) -> list[str]:
   """Sub-workdirs of `path` holding a finished probe stage (or `path` itself)."""
-  if os.path.exists(Layout(path).results()):
+  if storage.exists(Layout(path).results()):
     return [path]
-  return sorted(os.path.join(path, d) for d in os.listdir(path)
-                if os.path.exists(Layout(os.path.join(path, d)).results()))
+  return sorted(os.path.join(path, d) for d in storage.listdir(path)
+                if storage.exists(Layout(os.path.join(path, d)).results()))
 
 
 def _display(model_name: str) -> str:

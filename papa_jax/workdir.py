@@ -1,11 +1,11 @@
 """The workdir: fingerprints, atomic writes, binding to one config, a lock, provenance.
 
-Every file a stage writes goes through `atomic_write` (a temporary file in the
-same directory, then `os.replace`), so a killed run never leaves a truncated
-result behind. A workdir is bound to the result fields that its finished work
-depends on (each stage's finished outputs and groups, `registry.finished_outputs`;
-e.g. PAPA runs do not depend on the `effective` group), and to the content of
-the inputs it read (data files, model: `input_files`; recorded in
+Every file a stage writes goes through `atomic_write` (`storage`: a temporary
+file renamed into place, or one object put on object storage), so a killed run
+never leaves a truncated result behind. A workdir is bound to the result fields
+that its finished work depends on (each stage's finished outputs and groups,
+`registry.finished_outputs`; e.g. PAPA runs do not depend on the `effective`
+group), and to the content of the inputs it read (data files, model: `input_files`; recorded in
 `inputs.json`): an edited file is refused by name, never reused. A workdir
 holding no finished work yet is rebound freely, so a run that failed on a data
 error does not lock its workdir to the broken config. Paths are
@@ -17,20 +17,19 @@ from __future__ import annotations
 import contextlib
 import datetime
 import fcntl
-import glob
 import hashlib
 import json
 import os
-import shutil
 import socket
-from typing import IO, Any, Iterator, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import ml_collections
 from absl import logging
 
-from papa_jax import attention, config_schema, cpu_tuning, input_files
+from papa_jax import attention, config_schema, cpu_tuning, input_files, lease, storage
 from papa_jax.errors import ConfigError
 from papa_jax.layout import RESULT_FILES, Layout
+from papa_jax.lease import WorkdirLocked  # noqa: F401 (the error `lock` raises)
 
 
 def fingerprint(obj: Any) -> str:
@@ -39,39 +38,8 @@ def fingerprint(obj: Any) -> str:
   return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-class WriteError(OSError):
-  """A result or checkpoint could not be written (a full disk, say); nothing was lost."""
-
-
-def write_failed(path: str, e: OSError) -> WriteError:
-  return WriteError(e.errno, f"Could not write {path} ({e.strerror or e}). The previous "
-                    "version, if any, is intact and loadable: free disk space (or fix the "
-                    "path) and rerun the same command to resume.")
-
-
-@contextlib.contextmanager
-def atomic_write(path: str, mode: str = "w", **open_kwargs: Any) -> Iterator[IO]:
-  """Writes `path` through a temporary file renamed into place on success.
-
-  On any error (a full disk included) the temporary file is removed and the
-  previous content of `path`, if any, is left untouched; an `OSError` becomes a
-  `WriteError` that says so.
-  """
-  directory = os.path.dirname(os.path.abspath(path))
-  tmp = os.path.join(directory, f".{os.path.basename(path)}.tmp-{os.getpid()}")
-  try:
-    os.makedirs(directory, exist_ok=True)
-    with open(tmp, mode, **open_kwargs) as f:
-      yield f
-      f.flush()
-      os.fsync(f.fileno())
-    os.replace(tmp, path)
-  except BaseException as e:
-    with contextlib.suppress(OSError):
-      os.remove(tmp)
-    if isinstance(e, OSError) and not isinstance(e, WriteError):
-      raise write_failed(path, e) from e
-    raise
+WriteError, write_failed, atomic_write = (storage.WriteError, storage.write_failed,
+                                         storage.atomic_write)
 
 
 def write_json(path: str, obj: Any) -> None:
@@ -80,7 +48,7 @@ def write_json(path: str, obj: Any) -> None:
 
 
 def read_json(path: str) -> Any:
-  with open(path) as f:
+  with storage.open(path) as f:
     return json.load(f)
 
 
@@ -92,18 +60,18 @@ def bound_groups(workdir: str, finished: Mapping[str, tuple[str, ...]]) -> set[s
   """
   groups: set[str] = set()
   for pattern, deps in finished.items():
-    if any(not p.endswith(".partial.npz") for p in glob.glob(os.path.join(workdir, pattern))):
+    if any(not p.endswith(".partial.npz") for p in storage.glob(os.path.join(workdir, pattern))):
       groups.update(deps)
   return groups
 
 
 def prepare(workdir: str) -> None:
   """Creates `workdir`, or says clearly why it cannot be one."""
-  if os.path.exists(workdir) and not os.path.isdir(workdir):
+  if storage.exists(workdir) and not storage.isdir(workdir):
     raise ConfigError(
         f"--workdir={workdir} exists and is not a directory; give a directory path.")
   try:
-    os.makedirs(workdir, exist_ok=True)
+    storage.makedirs(workdir)
   except OSError as e:
     raise ConfigError(f"Cannot create --workdir={workdir}: {e}.") from e
 
@@ -113,7 +81,7 @@ def _input_problem(layout: Layout, inputs: Mapping[str, dict] | None,
   """The recorded sources, and how the `sources` finished work read differ from `inputs`
   ('' when they do not, or when `inputs` is None: not checked)."""
   recorded = {}
-  if inputs is not None and os.path.exists(layout.inputs):
+  if inputs is not None and storage.exists(layout.inputs):
     saved = read_json(layout.inputs)
     recorded = saved.get("sources", {}) if saved.get("format") == input_files.FORMAT else {}
   if inputs is None or not sources:
@@ -148,7 +116,7 @@ def bind(config: ml_collections.ConfigDict, workdir: str, *,
   path = layout.config
   mine = config_schema.result_config(config)
   recorded, problems = {}, []
-  if os.path.exists(path):
+  if storage.exists(path):
     theirs = config_schema.result_config(config_schema.migrate(read_json(path)))
     bound = bound_groups(workdir, finished)
     diff = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k)
@@ -168,10 +136,9 @@ def bind(config: ml_collections.ConfigDict, workdir: str, *,
       logging.warning("overwrite=True: removing the results in %s (%s).", workdir,
                       "; ".join(problems))
       for name in tuple(output_dirs) + ("cache",):
-        shutil.rmtree(layout.path(name), ignore_errors=True)
+        storage.rmtree(layout.path(name))
       for name in RESULT_FILES:
-        with contextlib.suppress(FileNotFoundError):
-          os.remove(layout.path(name))
+        storage.remove(layout.path(name))
     elif not problems and mine != theirs:
       logging.info("%s held other result fields that no finished work here depends on; "
                    "rebinding the workdir.", path)
@@ -182,20 +149,22 @@ def bind(config: ml_collections.ConfigDict, workdir: str, *,
       write_json(layout.inputs, dict(format=input_files.FORMAT, sources=dict(kept, **inputs)))
 
 
-class WorkdirLocked(ConfigError):
-  """Another live run holds the workdir."""
-
-
 @contextlib.contextmanager
-def lock(workdir: str) -> Iterator[None]:
+def lock(workdir: str, stale_seconds: float = 120.0) -> Iterator[None]:
   """One run per workdir: an exclusive lock held while the stages run.
 
   The lock file names its holder (host, pid, start time). The kernel drops the
   lock when its process dies, so a lock file left by a killed run is stale and
   is taken over with a log line. (On a filesystem without working `flock`
-  across hosts, runs on different hosts are not kept apart.)
+  across hosts, runs on different hosts are not kept apart.) On object storage
+  (`gs://`...) the lock is a lease object (`lease.hold`) instead, taken over
+  when its heartbeat is older than `stale_seconds`.
   """
   path = Layout(workdir).lock
+  if not storage.is_local(path):
+    with lease.hold(path, workdir, stale_seconds):
+      yield
+    return
   f = open(path, "a+")  # pylint: disable=consider-using-with
   try:
     fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)

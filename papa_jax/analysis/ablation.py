@@ -21,7 +21,6 @@ resumes per (replacement, layer) from `ablation/partial.partial.npz`.
 from __future__ import annotations
 
 import functools
-import os
 
 import flax.linen as nn
 import jax
@@ -29,7 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 from absl import logging
 
-from papa_jax import features, metrics, parallel, resume, train
+from papa_jax import features, metrics, parallel, resume, storage, train
 from papa_jax.analysis import figures, output
 from papa_jax.attention import AttentionOverride
 from papa_jax.interventions import ABLATIONS as KINDS
@@ -168,8 +167,8 @@ def _run(setup: Setup) -> dict:
                  **{f"mean_change_{k}": float(maps[f"change_{k}"].mean()) for k in kinds},
                  **{f"max_abs_change_{k}": float(np.abs(maps[f"change_{k}"]).max())
                     for k in kinds})
-  if os.path.exists(setup.layout.lambdas):
-    gates = np.load(setup.layout.lambdas)
+  if storage.exists(setup.layout.lambdas):
+    gates = np.load(storage.readable(setup.layout.lambdas))
     summary["vs_papa_ranking"] = {k: rank_agreement(-maps[f"change_{k}"], gates) for k in kinds}
   if parallel.is_main_process():
     output.write_per_head(setup.layout, "ablation", maps, summary)

@@ -30,15 +30,13 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-import glob
 import io
-import os
 from typing import ClassVar
 
 import jax.numpy as jnp
 import numpy as np
 
-from papa_jax import mixing, rank_agreement, runner, workdir
+from papa_jax import mixing, rank_agreement, runner, storage, workdir
 from papa_jax.analysis import figures, per_head
 from papa_jax.errors import ConfigError
 from papa_jax.stage import Setup
@@ -171,13 +169,13 @@ def _agreement(setup: Setup, maps: dict[str, np.ndarray]) -> dict:
   """Spearman agreement of each per-head measure with the workdir's head scores: rho, its
   p-value, a within-layer permutation p-value and Holm's adjustment over the whole table."""
   orders = {}
-  if os.path.exists(setup.layout.lambdas):
-    orders["lambda"] = np.load(setup.layout.lambdas)
-  if os.path.exists(setup.layout.stats("ablation")):
+  if storage.exists(setup.layout.lambdas):
+    orders["lambda"] = np.load(storage.readable(setup.layout.lambdas))
+  if storage.exists(setup.layout.stats("ablation")):
     st = workdir.read_json(setup.layout.stats("ablation"))
     orders.update({f"ablation_{k[len('change_'):]}": -np.asarray(v) for k, v in st.items()
                    if k.startswith("change_")})  # The score drop.
-  for path in sorted(glob.glob(setup.layout.ordering("*"))):  # Input-dependence, gradient.
+  for path in sorted(storage.glob(setup.layout.ordering("*"))):  # Input-dependence, gradient.
     saved = workdir.read_json(path)
     if saved.get("scores") is not None:
       orders[saved["ordering"]] = np.asarray(saved["scores"])

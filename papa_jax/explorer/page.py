@@ -14,7 +14,7 @@ import jax
 import ml_collections
 from absl import logging
 
-from papa_jax import config_schema, convert, reader
+from papa_jax import config_schema, convert, reader, storage
 from papa_jax.explorer import collect, pack
 from papa_jax.papa import means as means_lib
 from papa_jax.papa import schedule
@@ -137,7 +137,7 @@ def payload(workdir: str, *, examples: Sequence[int] = ExplorerConfig.examples,
       layers=layers, heads=heads, max_length=L, papa_layout=layout,
       fractions=fractions, counts=schedule.static_head_counts(layers * heads, fractions),
       mixing_maps=[[n, collect.MIXING_LABELS[n]] for n in names],
-      quantization=QUANTIZATION, warnings=warnings, workdir=os.path.abspath(workdir),
+      quantization=QUANTIZATION, warnings=warnings, workdir=storage.display(workdir),
       created=datetime.datetime.now().isoformat(timespec="seconds"))
   means_out = {}
   for variant, m in means.items():
@@ -198,9 +198,7 @@ def write_explorer(workdir: str, *, examples: Sequence[int] = ExplorerConfig.exa
   path = path or os.path.join(workdir, ExplorerConfig.output)
   html = render(payload(workdir, examples=examples, max_examples=max_examples, model=model,
                         mixing=mixing))
-  tmp = f"{path}.tmp-{os.getpid()}"
-  with open(tmp, "w", encoding="utf-8") as f:
+  with storage.atomic_write(path, "w", encoding="utf-8") as f:
     f.write(html)
-  os.replace(tmp, path)
-  logging.info("explorer: wrote %s (%.2f MB).", path, os.path.getsize(path) / 1e6)
+  logging.info("explorer: wrote %s (%.2f MB).", path, len(html.encode()) / 1e6)
   return path

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import time
 import zipfile
 
@@ -33,7 +32,7 @@ import numpy as np
 from absl import logging
 from jax.scipy.special import xlogy
 
-from papa_jax import config_schema, effective, parallel, resume, workdir
+from papa_jax import config_schema, effective, parallel, resume, storage, workdir
 from papa_jax import features as features_lib
 from papa_jax import runner
 from papa_jax.data import pipeline
@@ -191,10 +190,10 @@ class Means:
 def load_means(path: str, *, fingerprint: str | None = None,
                max_length: int | None = None, shape: tuple | None = None) -> Means:
   """Loads a means file, checking it fits the model and length of this run."""
-  if not os.path.exists(path):
+  if not storage.exists(path):
     raise MeansFileError(f"Means file {path} does not exist; run the 'means' stage first.")
   try:
-    with np.load(path, allow_pickle=False) as z:
+    with np.load(storage.readable(path), allow_pickle=False) as z:
       m = Means(z["avgs"], z["sums"], z["counts"], json.loads(str(z["metadata"])),
                 {k: z[k] for k in EXTRAS if k in z.files})
   except (OSError, ValueError, KeyError, zipfile.BadZipFile, EOFError) as e:
@@ -265,7 +264,7 @@ def constant_matrices(setup: Setup, variant: str) -> np.ndarray:
 
 def _check(setup: Setup) -> None:
   for v in setup.variants:
-    if v in FILE_VARIANTS and os.path.exists(setup.layout.means(v)):
+    if v in FILE_VARIANTS and storage.exists(setup.layout.means(v)):
       load_checked(setup, v)  # Raises if it does not fit.
 
 
@@ -309,7 +308,7 @@ def _run(setup: Setup) -> None:
     path = setup.layout.means(variant)
     if variant not in FILE_VARIANTS:
       continue  # Uniform: no file.
-    if os.path.exists(path):
+    if storage.exists(path):
       load_checked(setup, variant)
       logging.info("means (%s): %s exists; skipping.", variant, path)
       continue

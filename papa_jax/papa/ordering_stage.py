@@ -10,14 +10,14 @@ gradients through the baseline probe (gradient), or from the ablation stage
 
 from __future__ import annotations
 
-import os
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from absl import logging
 
-from papa_jax import config_schema, interventions, parallel, probes, train, workdir
+from papa_jax import config_schema, interventions, parallel, probes, storage, train
+from papa_jax import workdir
 from papa_jax import data as data_lib
 from papa_jax.attention import AttentionOverride
 from papa_jax.errors import ConfigError
@@ -80,7 +80,7 @@ def _scores(setup: Setup, name: str) -> np.ndarray:
   if name == "gradient":
     return gradient_importance(setup)
   path = setup.layout.stats("ablation")
-  if not os.path.exists(path):
+  if not storage.exists(path):
     raise ConfigError(f"papa.orderings has 'ablation' but {path} does not exist: run "
                       "--config.stage=ablation in this workdir first.")
   st = workdir.read_json(path)
@@ -98,7 +98,7 @@ def _run(setup: Setup) -> None:
     path = layout.ordering(name)
     fp = setup.result_fingerprint(stage="orderings", ordering=name,
                                   draws=setup.config.papa.random_draws)
-    if os.path.exists(path) and workdir.read_json(path).get("fingerprint") == fp:
+    if storage.exists(path) and workdir.read_json(path).get("fingerprint") == fp:
       logging.info("ordering %s: %s exists; skipping.", name, path)
       continue
     if name.startswith("random_"):

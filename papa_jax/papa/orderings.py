@@ -21,11 +21,10 @@ The orderings stage (`papa/ordering_stage.py`) writes `orderings/<name>.json`
 
 from __future__ import annotations
 
-import os
 
 import numpy as np
 
-from papa_jax import config_schema, workdir
+from papa_jax import config_schema, storage, workdir
 from papa_jax.papa import means, schedule
 from papa_jax.stage import Setup
 
@@ -83,10 +82,10 @@ def load(setup: Setup, name: str) -> list[list[int]] | None:
   mc = setup.model.config
   if name == "lambda":
     path = setup.layout.ranking
-    return schedule.load_ranking(path, mc.num_layers, mc.num_heads) if os.path.exists(
+    return schedule.load_ranking(path, mc.num_layers, mc.num_heads) if storage.exists(
         path) else None
   path = setup.layout.ordering(name)
-  if not os.path.exists(path):
+  if not storage.exists(path):
     raise FileNotFoundError(f"{path} does not exist; run the 'orderings' stage first.")
   return schedule.check_ranking(workdir.read_json(path)["ranking"], mc.num_layers,
                                 mc.num_heads, path)

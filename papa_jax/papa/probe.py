@@ -14,7 +14,6 @@ set two orderings reach trains once. Then `results.{json,csv,md}` and
 
 from __future__ import annotations
 
-import glob
 import os
 import time
 
@@ -22,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 from absl import logging
 
-from papa_jax import config_schema, parallel, results, train, workdir
+from papa_jax import config_schema, parallel, results, storage, train, workdir
 from papa_jax import features as features_lib
 from papa_jax.attention import AttentionOverride
 from papa_jax.layout import RELATIVE
@@ -53,7 +52,7 @@ def _features(setup: Setup, encoder: train.FrozenEncoder, name: str, k: int):
 def finished_runs(setup: Setup) -> dict[str, dict]:
   """Every finished probing run of the workdir by fingerprint (its result row)."""
   out = {}
-  for path in glob.glob(setup.layout.probe_result("*", "*", "*")):
+  for path in storage.glob(setup.layout.probe_result("*", "*", "*")):
     row = workdir.read_json(path)
     run = os.path.relpath(os.path.dirname(path), setup.workdir)
     out[row.get("fingerprint")] = dict(row, run=row.get("run", run))

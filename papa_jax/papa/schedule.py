@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
 from typing import Sequence
 
 import numpy as np
 
-from papa_jax import workdir
+from papa_jax import storage, workdir
 from papa_jax.layout import Layout
 
 PAPER_FRACTIONS = (0.0, 0.5, 0.875, 0.9375, 1.0)
@@ -74,10 +73,10 @@ def save_ranking(layout: Layout, lambdas: np.ndarray) -> str:
 
 def load_ranking(path: str, num_layers: int, num_heads: int) -> list[list[int]]:
   """Reads `sorted_heads.json`, checking it is a permutation of this model's heads."""
-  if not os.path.exists(path):
+  if not storage.exists(path):
     raise FileNotFoundError(f"{path} does not exist; run the 'sort' stage first.")
   try:
-    with open(path) as f:
+    with storage.open(path) as f:
       ranking = json.load(f)
   except json.JSONDecodeError as e:
     raise ValueError(f"{path} is not valid JSON ({e}); rerun the 'sort' stage.") from e

@@ -9,7 +9,6 @@ ranking (only 0 and all heads constant).
 
 from __future__ import annotations
 
-import os
 import time
 
 import jax
@@ -17,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 from absl import logging
 
-from papa_jax import config_schema, parallel, train, workdir
+from papa_jax import config_schema, parallel, storage, train, workdir
 from papa_jax import data as data_lib
 from papa_jax.attention import AttentionOverride
 from papa_jax.layout import RELATIVE
@@ -42,7 +41,7 @@ def _run(setup: Setup) -> None:
                  static_head_counts(setup))
     return
   fingerprint = setup.result_fingerprint(stage="sort")
-  if os.path.exists(layout.ranking) and os.path.exists(layout.sort_history):
+  if storage.exists(layout.ranking) and storage.exists(layout.sort_history):
     if workdir.read_json(layout.sort_history).get("fingerprint") == fingerprint:
       logging.info("sort: %s exists; skipping.", layout.ranking)
       return
