@@ -131,3 +131,27 @@ def padded_batch(vocab: int, lengths, seq_len: int, pad_id: int, seed: int = 0):
   mask = (np.arange(seq_len)[None] < np.asarray(lengths)[:, None]).astype(np.int64)
   ids = np.where(mask == 1, ids, pad_id)
   return ids.astype(np.int64), mask
+
+
+def max_diffs(ours, ref_hidden, ref_attn, mask, real_only=True):
+  """Our `EncoderOutput` against HF's hidden states and attentions: (max |dh| / max |h| over
+  layers, max |dh|, max |dA|), at real tokens (and real query rows) or everywhere."""
+  m = mask.astype(bool) if real_only else np.ones(mask.shape, bool)
+  rel = ab = att = 0.0
+  for a, b in zip(ours.hidden_states, ref_hidden, strict=True):
+    d = np.abs(np.asarray(a, np.float64) - b)[m]
+    rel, ab = max(rel, d.max() / np.abs(b[m]).max()), max(ab, d.max())
+  for a, b in zip(ours.attentions, ref_attn, strict=True):
+    d = np.abs(np.asarray(a, np.float64) - b)
+    att = max(att, d[np.broadcast_to(m[:, None, :, None], d.shape)].max())
+  return rel, ab, att
+
+
+def ours_f64(model, *args, **kwargs):
+  """`model` (a `Pretrained`) run in float64, attentions captured, as numpy."""
+  import jax
+  import jax.numpy as jnp
+  with jax.enable_x64(True):
+    p64 = jax.tree.map(lambda x: jnp.asarray(x, jnp.float64), model.params)
+    out = model.module.apply({"params": p64}, *args, capture_attention=True, **kwargs)
+    return jax.tree.map(np.asarray, out)

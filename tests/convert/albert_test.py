@@ -30,18 +30,6 @@ def groups_dir(tmp_path_factory):
   return path
 
 
-def _max_diffs(ours, ref_hidden, ref_attn, mask):
-  """(max |dh| / max |h| over layers, max |dA|) at real tokens."""
-  m = mask.astype(bool)
-  assert len(ours.hidden_states) == len(ref_hidden) and len(ours.attentions) == len(ref_attn)
-  rel = max(np.abs(np.asarray(a, np.float64) - b)[m].max() / np.abs(b[m]).max()
-            for a, b in zip(ours.hidden_states, ref_hidden))
-  att = max(np.abs(np.asarray(a, np.float64) - b)[
-      np.broadcast_to(m[:, None, :, None], b.shape)].max()
-      for a, b in zip(ours.attentions, ref_attn))
-  return rel, att
-
-
 def test_albert_layer_groups_follow_hf_formula():
   """Layer i uses group int(i / (layers / groups)), then its inner sub-layers in turn."""
   groups = hf_config.albert_layer_groups
@@ -79,7 +67,8 @@ def test_parity_albert_mapping_without_factorisation(tmp_path):
   assert model.params["embeddings"]["embed_proj"]["kernel"].shape == (64, 64)
   ids, mask = hf_oracle.padded_batch(120, [16, 5], 16, 0)
   ours = model.apply(ids, mask, capture_attention=True)
-  rel, att = _max_diffs(ours, *hf_oracle.run_hf(hf_oracle.load_hf(tmp_path), ids, mask), mask)
+  ref = hf_oracle.run_hf(hf_oracle.load_hf(tmp_path), ids, mask)
+  rel, _, att = hf_oracle.max_diffs(ours, *ref, mask)
   assert rel <= 1e-4 and att <= 1e-5, (rel, att)
 
 
@@ -98,7 +87,7 @@ def test_parity_albert_head_classes_load_their_base(tmp_path, head):
   assert any(k.startswith("predictions.") for k in keys)
   model = pj.load_pretrained(str(tmp_path))
   ids, mask = hf_oracle.padded_batch(config.vocab_size, [20, 9], 20, 0)
-  rel, att = _max_diffs(model.apply(ids, mask, capture_attention=True),
+  rel, _, att = hf_oracle.max_diffs(model.apply(ids, mask, capture_attention=True),
                         *hf_oracle.run_hf(hf.albert, ids, mask), mask)
   assert rel <= 1e-4 and att <= 1e-5, (rel, att)
 

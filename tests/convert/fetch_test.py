@@ -12,6 +12,7 @@ import zipfile
 import pytest
 
 import papa_jax as pj
+from papa_jax import input_files
 from papa_jax.convert import fetch
 
 # sha256 of the installed weights, as ../shared/models.md verified them.
@@ -106,7 +107,7 @@ def test_installed_weights_are_the_pinned_bytes(key):
   path = testing.require_model(key)
   name, sha = WEIGHTS_SHA256[key]
   assert json.load(open(os.path.join(path, fetch.SOURCE_FILE)))["sha256"][name] == sha
-  assert fetch.sha256_file(os.path.join(path, name)) == sha
+  assert input_files.sha256(os.path.join(path, name)) == sha
 
 
 @pytest.mark.parametrize("key,layers,heads", [("splade_tiny", 2, 2), ("minilm_l3", 3, 12)])

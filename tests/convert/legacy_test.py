@@ -12,7 +12,6 @@ import pathlib
 import shutil
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 from safetensors.numpy import load_file, save_file
@@ -97,20 +96,6 @@ def _variant(src: pathlib.Path, dst: pathlib.Path, weights: dict, **config) -> p
   return dst
 
 
-def _max_diffs(ours, ref_hidden, ref_attn, mask, real_only=True):
-  """(max |dh| / max |h| over layers, max |dh|, max |dA|), at real tokens or everywhere."""
-  m = mask.astype(bool) if real_only else np.ones(mask.shape, bool)
-  assert len(ours.hidden_states) == len(ref_hidden) and len(ours.attentions) == len(ref_attn)
-  rel = ab = att = 0.0
-  for a, b in zip(ours.hidden_states, ref_hidden):
-    d = np.abs(np.asarray(a, np.float64) - b)[m]
-    rel, ab = max(rel, d.max() / np.abs(b[m]).max()), max(ab, d.max())
-  for a, b in zip(ours.attentions, ref_attn):
-    d = np.abs(np.asarray(a, np.float64) - b)
-    att = max(att, d[np.broadcast_to(m[:, None, :, None], d.shape)].max())
-  return rel, ab, att
-
-
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_parity_legacy_layouts_load_the_same_model(tiny_bert, tmp_path, variant):
   """Each layout converts to exactly the original's parameters and matches HF PyTorch
@@ -124,7 +109,7 @@ def test_parity_legacy_layouts_load_the_same_model(tiny_bert, tmp_path, variant)
   assert all(jax.tree.leaves(same))
   ids, mask = hf_oracle.padded_batch(model.config.vocab_size, [24, 6], 24, 0, seed=4)
   hf = hf_oracle.load_hf(path)
-  rel, _, att = _max_diffs(model.apply(ids, mask, capture_attention=True),
+  rel, _, att = hf_oracle.max_diffs(model.apply(ids, mask, capture_attention=True),
                            *hf_oracle.run_hf(hf, ids, mask), mask)
   assert rel <= 1e-4 and att <= 1e-5, (rel, att)
 
@@ -244,12 +229,9 @@ def test_parity_splade_tiny_against_pytorch(splade):
   hf = tr.BertModel.from_pretrained(splade.model_dir, add_pooling_layer=False,
                                     attn_implementation="eager").eval()
   ours = splade.apply(ids, mask, token_type_ids=tt, capture_attention=True)
-  rel, _, att = _max_diffs(ours, *hf_oracle.run_hf(hf, ids, mask, tt), mask)
+  rel, _, att = hf_oracle.max_diffs(ours, *hf_oracle.run_hf(hf, ids, mask, tt), mask)
   assert rel <= 1e-4 and att <= 1e-5, (rel, att)
-  with jax.enable_x64(True):
-    p64 = jax.tree.map(lambda x: jnp.asarray(x, jnp.float64), splade.params)
-    out = splade.module.apply({"params": p64}, ids, mask, tt, capture_attention=True)
-    out = jax.tree.map(np.asarray, out)
-  _, ab, att = _max_diffs(out, *hf_oracle.run_hf(hf.double(), ids, mask, tt), mask,
+  out = hf_oracle.ours_f64(splade, ids, mask, tt)
+  _, ab, att = hf_oracle.max_diffs(out, *hf_oracle.run_hf(hf.double(), ids, mask, tt), mask,
                           real_only=False)
   assert ab <= 1e-9 and att <= 1e-9, (ab, att)

@@ -7,7 +7,6 @@ long enough to reach every bucket, and the real all-mpnet-base-v2
 """
 
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -24,26 +23,6 @@ def tiny(tmp_path_factory):
   path = tmp_path_factory.mktemp("mpnet")
   hf_oracle.save_random("mpnet", path)
   return path
-
-
-def _max_diffs(ours, ref_hidden, ref_attn, mask, real_only=True):
-  """(max |dh| / max |h| over layers, max |dh|, max |dA|), at real tokens or everywhere."""
-  m = mask.astype(bool) if real_only else np.ones(mask.shape, bool)
-  rel = ab = att = 0.0
-  for a, b in zip(ours.hidden_states, ref_hidden, strict=True):
-    d = np.abs(np.asarray(a, np.float64) - b)[m]
-    rel, ab = max(rel, d.max() / np.abs(b[m]).max()), max(ab, d.max())
-  for a, b in zip(ours.attentions, ref_attn, strict=True):
-    d = np.abs(np.asarray(a, np.float64) - b)
-    att = max(att, d[np.broadcast_to(m[:, None, :, None], d.shape)].max())
-  return rel, ab, att
-
-
-def _ours_f64(model, ids, mask):
-  with jax.enable_x64(True):
-    p64 = jax.tree.map(lambda x: jnp.asarray(x, jnp.float64), model.params)
-    out = model.module.apply({"params": p64}, ids, mask, capture_attention=True)
-    return jax.tree.map(np.asarray, out)
 
 
 def test_parity_mpnet_buckets_match_torch():
@@ -67,10 +46,11 @@ def test_parity_mpnet_long_inputs_reach_every_bucket(tiny):
   ids, mask = hf_oracle.padded_batch(c.vocab_size, [c.max_length, 100, 3], c.max_length, 1)
   hf = hf_oracle.load_hf(tiny)
   ours = model.apply(ids, mask, capture_attention=True)
-  rel, _, att = _max_diffs(ours, *hf_oracle.run_hf(hf, ids, mask), mask)
+  rel, _, att = hf_oracle.max_diffs(ours, *hf_oracle.run_hf(hf, ids, mask), mask)
   assert rel <= 1e-4 and att <= 1e-5, (rel, att)
-  _, ab, att = _max_diffs(_ours_f64(model, ids, mask), *hf_oracle.run_hf(hf.double(), ids, mask),
-                          mask, real_only=False)
+  _, ab, att = hf_oracle.max_diffs(hf_oracle.ours_f64(model, ids, mask),
+                                   *hf_oracle.run_hf(hf.double(), ids, mask), mask,
+                                   real_only=False)
   assert ab <= 1e-9 and att <= 1e-9, (ab, att)
 
 
@@ -86,7 +66,7 @@ def test_parity_mpnet_head_classes_load_their_base(tmp_path):
   hf = tr.AutoModelForMaskedLM.from_pretrained(str(tmp_path), attn_implementation="eager")
   ids, mask = hf_oracle.padded_batch(config.vocab_size, [20, 9], 20, 1)
   ours = model.apply(ids, mask, capture_attention=True)
-  rel, _, att = _max_diffs(ours, *hf_oracle.run_hf(hf.eval().mpnet, ids, mask), mask)
+  rel, _, att = hf_oracle.max_diffs(ours, *hf_oracle.run_hf(hf.eval().mpnet, ids, mask), mask)
   assert rel <= 1e-4 and att <= 1e-5, (rel, att)
 
 
@@ -175,8 +155,8 @@ def test_parity_real_mpnet_against_pytorch(real_mpnet):
   assert mask.sum(1).min() == 3 and mask.sum(1).max() == 128
   hf = hf_oracle.load_hf(real_mpnet.model_dir)
   ours = real_mpnet.apply(ids, mask, capture_attention=True)
-  rel, _, att = _max_diffs(ours, *hf_oracle.run_hf(hf, ids, mask), mask)
+  rel, _, att = hf_oracle.max_diffs(ours, *hf_oracle.run_hf(hf, ids, mask), mask)
   assert rel <= 1e-4 and att <= 1e-5, (rel, att)
-  _, ab, att = _max_diffs(_ours_f64(real_mpnet, ids, mask),
+  _, ab, att = hf_oracle.max_diffs(hf_oracle.ours_f64(real_mpnet, ids, mask),
                           *hf_oracle.run_hf(hf.double(), ids, mask), mask, real_only=False)
   assert ab <= 1e-9 and att <= 1e-9, (ab, att)

@@ -6,8 +6,6 @@ differs from HF float64 there by ~2e-4 on MiniLM), so all positions are checked
 in float64 instead, to 1e-9.
 """
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -42,13 +40,6 @@ def _compare(ours, ref_hidden, ref_attn, mask, hid_tol, att_tol, real_only):
     assert diff.max() <= att_tol, diff.max()
 
 
-def _ours_f64(model: pj.Pretrained, *args, **kwargs):
-  with jax.enable_x64(True):
-    p64 = jax.tree.map(lambda x: jnp.asarray(x, jnp.float64), model.params)
-    out = model.module.apply({"params": p64}, *args, capture_attention=True, **kwargs)
-    return jax.tree.map(np.asarray, out)
-
-
 @pytest.mark.parametrize("checkpoint", ["minilm", "sre"])
 def test_parity_real_bert_weights(checkpoint, minilm, minilm_tokenizer):
   if checkpoint == "sre":
@@ -70,7 +61,7 @@ def test_parity_real_bert_weights(checkpoint, minilm, minilm_tokenizer):
   ours = model.apply(ids, mask, token_type_ids=tt, capture_attention=True)
   _compare(ours, ref_h, ref_a, mask, 1e-4, 1e-5, real_only=True)
   ref_h, ref_a = hf_oracle.run_hf(hf.double(), ids, mask, tt)
-  _compare(_ours_f64(model, ids, mask, token_type_ids=tt), ref_h, ref_a, mask,
+  _compare(hf_oracle.ours_f64(model, ids, mask, token_type_ids=tt), ref_h, ref_a, mask,
            1e-9, 1e-9, real_only=False)
 
 
@@ -109,7 +100,7 @@ def test_parity_random_hf_models(arch, fmt, tmp_path):
   # rounds queries and keys to float32 for its rotation, and both rotary families take
   # cos/sin from float32 angles (torch's float32 cos, 1 ulp from numpy's).
   tol = {"deberta": 2e-6, "modernbert": 1e-7}.get(model.config.family, 1e-9)
-  _compare(_ours_f64(model, ids, mask, token_type_ids=tt), ref_h, ref_a, mask,
+  _compare(hf_oracle.ours_f64(model, ids, mask, token_type_ids=tt), ref_h, ref_a, mask,
            tol, tol, real_only=False)
 
 
@@ -118,7 +109,7 @@ def _compare_f64_unpadded(model, hf64, ids, mask):
   softmax runs in float32, where a float64 finfo.min becomes -inf, so a padded query with
   no real key in its window gets NaN (and spreads it) in a float64 HF model. Ours on the
   padded batch must agree at real tokens (pad keys are masked, positions start at 0)."""
-  ours = _ours_f64(model, ids, mask)
+  ours = hf_oracle.ours_f64(model, ids, mask)
   for b, n in enumerate(mask.sum(1)):
     ref_h, ref_a = hf_oracle.run_hf(hf64, ids[b:b + 1, :n], mask[b:b + 1, :n])
     for a, r in zip(ours.hidden_states, ref_h, strict=True):
