@@ -135,7 +135,8 @@ def probe_runs(setup: Setup, variant: str, ordering: str, k: int, ranking,
 
 
 def _check_inputs(setup: Setup):
-  """Ranking, means and cache budget, checked before any probe trains."""
+  """Ranking and means, checked before any probe trains (the cache budget is the stage's
+  `check`, run before every stage)."""
   mc = setup.model.config
   ranking = None
   if needs_ranking(setup):
@@ -143,7 +144,6 @@ def _check_inputs(setup: Setup):
   if any(static_head_counts(setup)):
     for v in setup.variants:
       means.constant_matrices(setup, v)
-  _check_cache_budget(setup)
   return ranking
 
 
