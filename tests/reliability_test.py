@@ -356,18 +356,21 @@ def test_multiprocess_sigterm_to_one_host_stops_every_host_at_the_same_step(tmp_
   def args(extra=()):
     return lambda pid, port: run_args(two, [*extra, *_distributed(port, pid)])
 
-  watched = [two / "means" / "means_raw.partial.npz",
-             two / "probe" / "raw_k0_s1" / "checkpoints" / "2"]
-  for path in watched:
+  # Each signal lands mid-work: the means unfinished, then the first probe unfinished.
+  unfinished = {two / "means" / "means_raw.partial.npz": two / "means" / "means_raw.npz",
+                two / "probe" / "raw_k0_s1" / "checkpoints" / "2":
+                    two / "probe" / "raw_k0_s1" / "result.json"}
+  for path, final in unfinished.items():
     rcs, logs = _two_processes_signal_one(args(), str(path))
     assert rcs == [75, 75], [log[-2000:] for log in logs]
     assert _stopped_at(logs[0]) == _stopped_at(logs[1])
     assert "Another process was signalled" in logs[0]
-  assert not (two / "means" / "means_raw.npz").exists() or not (two / "results.json").exists()
+    assert not final.exists(), final
   _run_two_processes(args())
   rcs, logs = _two_processes_signal_one(args(["--config.stage=effective"]),
                                         str(two / "effective" / "partial.partial.npz"))
   assert rcs == [75, 75] and _stopped_at(logs[0]) == _stopped_at(logs[1]), logs[0][-2000:]
+  assert not (two / "effective" / "stats.json").exists()  # Stopped mid-pass.
   _run_two_processes(args(["--config.stage=effective"]))
   a, b = np.load(one / "means" / "means_raw.npz"), np.load(two / "means" / "means_raw.npz")
   assert np.abs(a["avgs"] - b["avgs"]).max() <= 1e-6
