@@ -1,4 +1,4 @@
-"""Probe training on a frozen encoder: the representation, the steps, the loop.
+"""Probe training on a frozen encoder: the representation and the steps (the loop: `fitting`).
 
 The trainable tree is `{"probe": ...}`, plus `"gates"` for PAPA head sorting.
 Without gates the encoder's forward pass runs outside the differentiated
@@ -10,7 +10,6 @@ in every layer), but the encoder weights are data, never differentiated.
 from __future__ import annotations
 
 import dataclasses
-import time
 from typing import Any, Callable
 
 import flax
@@ -19,15 +18,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from absl import logging
 
 from papa_jax import attention as attn
-from papa_jax import checkpoint as ckpt_lib
-from papa_jax import metrics, parallel, preemption, probes
-from papa_jax.data import pipeline
+from papa_jax import metrics, probes
 from papa_jax.models.config import EncoderConfig
 from papa_jax.models.encoder import DTYPES, Encoder
-from papa_jax.progress import Progress
 
 Array = jax.Array
 
@@ -186,157 +181,18 @@ def scorer(task, labels: np.ndarray) -> Callable[[np.ndarray], dict]:
   return lambda logits: metrics.task_scores(task, logits, labels)
 
 
-def resident_table(data, mesh) -> dict | None:
-  """Cached features kept on the device for the whole fit (one-device, one-process meshes).
-
-  Each batch is then gathered on the device, with no host copy per step (the
-  gathered rows are the same; padding rows differ only in content the loss
-  masks out). Elsewhere, None: each process gathers its rows on the host.
-  """
-  if not hasattr(data, "features") or mesh.size != 1 or jax.process_count() != 1:
-    return None
-  return {k: jnp.asarray(v) for k, v in pipeline.columns(data).items()}
-
-
-def device_batches(data, table: dict | None, batch_size: int, mesh, *, seed: int, epoch: int,
-                   start: int = 0):
-  """One epoch's shuffled training batches on the mesh, from batch `start`."""
-  if table is None:
-    for batch in pipeline.batches(data, batch_size, shuffle=True, seed=seed, epoch=epoch,
-                                  start=start):
-      yield parallel.put_batch(pipeline.host_slice(batch), mesh)
-    return
-  order = pipeline.epoch_order(pipeline.num_rows(data), shuffle=True, seed=seed, epoch=epoch)
-  for idx in pipeline.batch_indices(order, batch_size)[start:]:
-    yield _take(table, jnp.asarray(idx, jnp.int32))
-
-
 @jax.jit
-def _take(table: dict, idx: Array) -> dict:
+def take(table: dict, idx: Array) -> dict:
+  """Rows `idx` of every array of `table` (-1: a padding row, `valid` False)."""
   valid = idx >= 0
   return dict({k: v[jnp.maximum(idx, 0)] for k, v in table.items()}, valid=valid)
 
 
-def predict(eval_fn, params, encoder: FrozenEncoder, data, mesh, batch_size: int) -> np.ndarray:
-  """Probe outputs for every example of `data`, in order (padding removed)."""
-  outs = [out[valid] for _, out, valid in parallel.map_batches(
-      lambda b: eval_fn(params, b, encoder), data, batch_size=batch_size, mesh=mesh)]
-  return np.concatenate(outs)
-
-
-def fit(name: str, probe: nn.Module, encoder: FrozenEncoder, tx, cfg: FitConfig, train_data,
-        eval_data, score_fn: Callable[[np.ndarray], dict],
-        mesh) -> tuple[TrainState, list[dict], np.ndarray]:
-  """Trains `probe` for `cfg.epochs`, evaluating each epoch; resumable.
-
-  The data order of epoch e depends only on (seed, e) and dropout keys only on
-  the step, so resuming from a checkpoint (at an epoch end, or within an epoch
-  every `cfg.checkpoint_every_steps` steps, or on preemption) gives the same
-  result as an uninterrupted run.
-
-  Returns:
-    The final state, the per-epoch history (train loss, eval scores, time), and
-    the last epoch's eval outputs (logits) for every eval example.
-  """
-  repl, shard = parallel.replicated(mesh), parallel.batch_sharding(mesh)
-  state = jax.device_put(init_state(probe, encoder, tx, cfg.seed, eval_data.max_length), repl)
-  encoder = parallel.put_replicated(encoder, mesh)
-  train_step = jax.jit(make_train_step(probe, tx, cfg.seed), in_shardings=(repl, shard, repl),
-                       out_shardings=(repl, repl), donate_argnums=0)
-  eval_fn = jax.jit(make_eval_step(probe), in_shardings=(repl, shard, repl), out_shardings=repl)
-
-  n = pipeline.num_rows(train_data)
-  steps_per_epoch = pipeline.num_batches(n, cfg.batch_size)
-  history: list[dict] = []
-  epoch, start, epoch_losses = 0, 0, []
-  ckpt = ckpt_lib.Checkpointer(cfg.checkpoint_dir) if cfg.checkpoint_dir else None
-  if ckpt is not None and ckpt.latest_step() is not None:
-    state, meta = ckpt.restore(ckpt.latest_step(), state, cfg.fingerprint)
-    history, epoch = meta["history"], meta["epoch"]
-    start, epoch_losses = meta.get("step_in_epoch", 0), meta.get("epoch_losses", [])
-    logging.info("%s: resumed after epoch %d%s from %s.", name, epoch,
-                 f", step {start} of epoch {epoch + 1}" if start else "", ckpt.directory)
-
-  def save(epoch_done: int, step_in_epoch: int, losses: list[float]) -> None:
-    global_step = epoch_done * steps_per_epoch + step_in_epoch
-    ckpt.save(global_step, state, dict(fingerprint=cfg.fingerprint, epoch=epoch_done,
-                                       step_in_epoch=step_in_epoch, epoch_losses=losses,
-                                       history=history))
-
-  table = resident_table(train_data, mesh)
-  log_every = max(1, min(cfg.log_every_steps, steps_per_epoch))
-  prog = Progress(f"{name} train", cfg.epochs * steps_per_epoch, unit="steps", every=1,
-                  start=epoch * steps_per_epoch + start)
-  logits = None
-  for epoch in range(epoch, cfg.epochs):
-    t0, pending = time.perf_counter(), []
-    host = list(epoch_losses)
-    for i, batch in enumerate(device_batches(train_data, table, cfg.batch_size, mesh,
-                                             seed=cfg.seed, epoch=epoch, start=start),
-                              start=start):
-      state, loss = train_step(state, batch, encoder)
-      pending.append(loss)
-      done = i + 1
-      stop = preemption.should_stop()
-      due = ckpt is not None and cfg.checkpoint_every_steps > 0 and (
-          done % cfg.checkpoint_every_steps == 0) and done < steps_per_epoch
-      if len(pending) == log_every or stop or due:
-        window = _check_finite(pending, name, epoch, len(host), steps_per_epoch)
-        host.extend(window)
-        pending = []
-        prog.update(len(window), epoch=epoch + 1, loss=float(np.mean(window)))
-      if (stop or due) and ckpt is not None:
-        save(epoch, done, host)
-      if stop:
-        raise preemption.Preempted(f"{name}: stopped at step {done} of epoch {epoch + 1}"
-                                   + (" (checkpoint saved)" if ckpt is not None else ""))
-    host.extend(_check_finite(pending, name, epoch, len(host), steps_per_epoch))
-    start, epoch_losses = 0, []
-    prog.done = (epoch + 1) * steps_per_epoch
-    logits = predict(eval_fn, state.params, encoder, eval_data, mesh, cfg.eval_batch_size)
-    record = dict(epoch=epoch + 1, train_loss=float(np.mean(host)),
-                  seconds=time.perf_counter() - t0, **score_fn(logits))
-    history.append(record)
-    logging.info("%s: epoch %d/%d %s", name, epoch + 1, cfg.epochs,
-                 " ".join(f"{k}={v:.4f}" for k, v in record.items() if isinstance(v, float)))
-    if ckpt is not None:
-      save(epoch + 1, 0, [])
-  if logits is None:  # Every epoch was done before: score the restored state.
-    logits = predict(eval_fn, state.params, encoder, eval_data, mesh, cfg.eval_batch_size)
-  if ckpt is not None:
-    ckpt.close()
-  return state, history, logits
-
-
-def restore_final(probe: nn.Module, encoder: FrozenEncoder, tx, cfg: FitConfig,
-                  max_length: int) -> Any:
-  """The trainable parameters a finished `fit` left in `cfg.checkpoint_dir` (its last epoch)."""
-  ckpt = ckpt_lib.Checkpointer(cfg.checkpoint_dir)
-  try:
-    step = ckpt.latest_step()
-    if step is None:
-      raise ckpt_lib.CheckpointError(f"No checkpoint in {cfg.checkpoint_dir}: that run has not "
-                                     "trained (or its checkpoints were deleted).")
-    state, meta = ckpt.restore(step, init_state(probe, encoder, tx, cfg.seed, max_length),
-                               cfg.fingerprint)
-    if meta.get("epoch") != cfg.epochs or meta.get("step_in_epoch", 0):
-      raise ckpt_lib.CheckpointError(f"{cfg.checkpoint_dir} holds epoch {meta.get('epoch')} of "
-                                     f"{cfg.epochs}: that run has not finished.")
-    return state.params
-  finally:
-    ckpt.close()
-
-
-def _check_finite(losses: list, name: str, epoch: int, offset: int,
-                  steps_per_epoch: int) -> list[float]:
-  """Host copies of `losses` (steps offset+1.. of the epoch); raises on NaN/Inf."""
-  if not losses:
-    return []
-  values = np.asarray(jax.device_get(losses), np.float64).reshape(-1)
-  bad = np.flatnonzero(~np.isfinite(values))
-  if len(bad):
-    raise FloatingPointError(
-        f"{name}: the training loss became {values[bad[0]]} at step "
-        f"{epoch * steps_per_epoch + offset + int(bad[0]) + 1} (step {offset + int(bad[0]) + 1}"
-        f" of epoch {epoch + 1}); stopping. Lower the learning rate or check the inputs.")
-  return values.tolist()
+def make_group_step(probe: nn.Module, tx) -> Callable:
+  """`step(states, table, idx [P, B], seeds [P]) -> (states, losses [P])`: P probes at once
+  (vmapped), probe p on rows `idx[p]` of the cached-feature `table`, each step exactly
+  `make_train_step(probe, tx, seeds[p])` (its own dropout keys and data order)."""
+  def step(states: TrainState, table: dict, idx: Array, seeds: Array):
+    one = lambda state, i, seed: make_train_step(probe, tx, seed)(state, take(table, i), None)
+    return jax.vmap(one)(states, idx, seeds)
+  return step

@@ -3,7 +3,7 @@
 import jax
 import numpy as np
 import pytest
-from papa_jax import features, metrics, parallel, probes, train
+from papa_jax import features, fitting, metrics, parallel, probes, train
 from papa_jax.attention import AttentionOverride
 from papa_jax.data import preprocess, readers, tasks
 from tests.testing import optimizer_config
@@ -34,7 +34,7 @@ def test_cached_probe_equals_uncached(minilm, small, static, cache_dir, tmp_path
 
   def fit(train_data, eval_data):
     probe = probes.SentenceProbe(2, cfg.hidden_size, 0.1)
-    state, hist, _ = train.fit("t", probe, encoder, train.make_optimizer(optimizer_config()),
+    state, hist, _ = fitting.fit("t", probe, encoder, train.make_optimizer(optimizer_config()),
                                fit_cfg, train_data, eval_data, score, mesh)
     return state, hist
 
@@ -74,3 +74,100 @@ def test_means_pass_features_equal_the_feature_pass_bitwise(minilm, small, dtype
   np.testing.assert_array_equal(state.features.view(np.uint8), want.features.view(np.uint8))
   plain = means_lib.accumulate(minilm.config, minilm.params, tr, mesh, batch_size=16)
   np.testing.assert_array_equal(plain.sums, state.sums)  # The means are unchanged.
+
+
+@pytest.fixture(scope="module")
+def cached_small(minilm, small):
+  """Real MiniLM features of 80 SST-2 dev sentences (train) and 40 more (eval)."""
+  task, tr, ev = small
+  encoder = train.FrozenEncoder(minilm.params, None, minilm.config, feature_dtype="bfloat16")
+  mesh = parallel.make_mesh(1)  # Probes train together on one device.
+  ftr, fev = features.compute(encoder, tr, mesh, 16), features.compute(encoder, ev, mesh, 16)
+  assert fitting.vectorisable(ftr, mesh) and fitting.vectorisable(fev, mesh)
+  return task, encoder, mesh, ftr, fev
+
+
+def _fit_args(minilm, cached_small, seeds, tmp_path, tag):
+  task, encoder, mesh, ftr, fev = cached_small
+  cfgs = [train.FitConfig(epochs=3, batch_size=16, eval_batch_size=16, seed=s,
+                          checkpoint_dir=str(tmp_path / f"{tag}{s}"), fingerprint=f"fp{s}")
+          for s in seeds]
+  return ("t", probes.SentenceProbe(2, minilm.config.hidden_size, 0.1), encoder,
+          train.make_optimizer(optimizer_config()), cfgs, ftr, fev,
+          lambda logits: metrics.task_scores(task, logits, fev.labels), mesh)
+
+
+SEEDS = (42, 43, 44)
+
+
+@pytest.fixture(scope="module")
+def group_run(minilm, cached_small, tmp_path_factory):
+  """Three seeds trained together, uninterrupted."""
+  args = _fit_args(minilm, cached_small, SEEDS, tmp_path_factory.mktemp("group"), "g")
+  return fitting.fit_many(*args)
+
+
+def _assert_same(one, many):
+  """Histories, dev predictions and parameters of a probe trained alone vs in a group:
+  equal up to float reassociation (vmapped matmuls), so at most one of 40 dev
+  predictions may differ."""
+  (s1, h1, l1), (s2, h2, l2) = one, many
+  assert len(h1) == len(h2) == 3
+  for a, b in zip(h1, h2):
+    assert a["accuracy"] == pytest.approx(b["accuracy"], abs=1 / 40 + 1e-9)
+    assert a["train_loss"] == pytest.approx(b["train_loss"], rel=1e-4)
+  assert np.sum(l1.argmax(-1) != l2.argmax(-1)) <= 1
+  np.testing.assert_allclose(l1, l2, atol=1e-4)
+  for a, b in zip(jax.tree.leaves(s1.params), jax.tree.leaves(s2.params)):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-5, rtol=1e-4)
+
+
+def test_probes_trained_together_equal_each_trained_alone(minilm, cached_small, group_run,
+                                                          tmp_path):
+  """Three seeds in one vmapped step == three sequential `fit`s, on real features; the
+  seeds differ from each other (a group that ignored its seeds would pass equality)."""
+  name, probe, enc, tx, cfgs, ftr, fev, score, mesh = _fit_args(minilm, cached_small, SEEDS,
+                                                                tmp_path, "one")
+  for cfg, together in zip(cfgs, group_run):
+    _assert_same(fitting.fit(name, probe, enc, tx, cfg, ftr, fev, score, mesh), together)
+  assert not np.allclose(group_run[0][2], group_run[1][2], atol=1e-3)
+
+
+def _stop_mid_epoch_2(args, monkeypatch):
+  """Runs `fit_many(*args)` until it stops at step 3 of epoch 2; checks it landed there."""
+  calls = iter(range(10_000))
+  monkeypatch.setattr(fitting.preemption, "should_stop", lambda: next(calls) == 5 + 2)
+  with pytest.raises(fitting.preemption.Preempted, match=r"^t: stopped at step 3 of epoch 2"):
+    fitting.fit_many(*args)
+  for cfg in args[4]:  # Landed mid-work: a checkpoint at step 3 of epoch 2, nothing after.
+    ckpt = fitting.ckpt_lib.Checkpointer(cfg.checkpoint_dir)
+    assert ckpt.latest_step() == 5 + 3
+    ckpt.close()
+  monkeypatch.setattr(fitting.preemption, "should_stop", lambda: False)
+
+
+def test_a_stopped_group_resumes_to_the_same_probes(minilm, cached_small, group_run,
+                                                    tmp_path, monkeypatch):
+  """Stopped mid-epoch 2 and rerun, the group equals the uninterrupted one bit for bit."""
+  args = _fit_args(minilm, cached_small, SEEDS, tmp_path, "r")
+  _stop_mid_epoch_2(args, monkeypatch)
+  for (s1, h1, l1), (s2, h2, l2) in zip(fitting.fit_many(*args), group_run):
+    assert [h["accuracy"] for h in h1] == [h["accuracy"] for h in h2]
+    assert [h["train_loss"] for h in h1] == [h["train_loss"] for h in h2]
+    np.testing.assert_array_equal(l1, l2)
+    for a, b in zip(jax.tree.leaves(s1.params), jax.tree.leaves(s2.params)):
+      np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_probes_at_different_points_resume_in_groups(minilm, cached_small, group_run,
+                                                     tmp_path, monkeypatch):
+  """Two seeds stopped mid-epoch 2 and a third never started: the rerun resumes the two
+  together and trains the third from its start, each equal to the uninterrupted group's
+  (up to the group size's float reassociation)."""
+  args = _fit_args(minilm, cached_small, SEEDS, tmp_path, "p")
+  first = list(args)
+  first[4] = args[4][:2]
+  _stop_mid_epoch_2(first, monkeypatch)
+  assert not (tmp_path / "p44").exists()
+  for one, together in zip(fitting.fit_many(*args), group_run):
+    _assert_same(one, together)

@@ -4,7 +4,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from papa_jax import parallel, probes, train
+from papa_jax import fitting, parallel, probes, train
 from papa_jax.attention import AttentionOverride
 from papa_jax.data import pipeline, preprocess, readers, tasks
 from tests.testing import optimizer_config
@@ -146,7 +146,7 @@ def test_shard_probe_training_8_devices_equals_1(minilm, minilm_tokenizer, sst2_
   fit_cfg = train.FitConfig(epochs=1, batch_size=16, eval_batch_size=16, seed=0)
   out = []
   for n in (1, 8):
-    state, hist, _ = train.fit(
+    state, hist, _ = fitting.fit(
         f"dp{n}", probes.SentenceProbe(2, cfg.hidden_size, 0.1), encoder,
         train.make_optimizer(optimizer_config()), fit_cfg, data, data,
         lambda logits: {"acc": float((logits.argmax(-1) == data.labels).mean())},

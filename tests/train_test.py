@@ -7,7 +7,7 @@ import pytest
 from ml_collections import ConfigDict
 
 from papa_jax import data as data_lib
-from papa_jax import features, parallel, probes, train
+from papa_jax import features, fitting, parallel, probes, train
 from papa_jax.data import pipeline
 from papa_jax.models.config import EncoderConfig
 from tests.testing import optimizer_config
@@ -27,7 +27,7 @@ def test_invalid_nonfinite_loss_stops_naming_the_step():
   order = pipeline.epoch_order(n, shuffle=True, seed=3, epoch=0)
   step = int(np.flatnonzero(order == bad)[0]) // 8 + 1
   with pytest.raises(FloatingPointError, match=rf"at step {step} \(step {step} of epoch 1\)"):
-    train.fit("nan", probes.SentenceProbe(2, 8, 0.0), train.FrozenEncoder(None, None, TINY),
+    fitting.fit("nan", probes.SentenceProbe(2, 8, 0.0), train.FrozenEncoder(None, None, TINY),
               train.make_optimizer(optimizer_config()),
               train.FitConfig(epochs=2, batch_size=8, eval_batch_size=8, seed=3,
                               log_every_steps=3),

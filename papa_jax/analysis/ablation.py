@@ -28,7 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 from absl import logging
 
-from papa_jax import features, metrics, parallel, resume, storage, train
+from papa_jax import features, fitting, metrics, parallel, resume, storage, train
 from papa_jax.analysis import figures, output
 from papa_jax.attention import AttentionOverride
 from papa_jax.interventions import ABLATIONS as KINDS
@@ -130,7 +130,7 @@ def _baseline_probe(setup: Setup):
   fp = setup.fingerprint(GROUPS, INPUTS, stage="ablation-probe", seed=seed)
   probe = train.probe_module(setup.task, mc, c.probe)
   run_dir = setup.layout.path("ablation", f"probe_{fp[:12]}")  # One per config.
-  state, history, logits = train.fit(
+  state, history, logits = fitting.fit(
       "ablation probe", probe, encoder, train.make_optimizer(c.probe),
       train.FitConfig.from_config(c, c.probe.epochs, seed, setup.layout.checkpoints(run_dir), fp),
       tr, ev, train.scorer(setup.task, setup.analysis_data.labels), setup.mesh)

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 from absl import logging
 
-from papa_jax import config_schema, interventions, parallel, probes, storage, train
+from papa_jax import config_schema, fitting, interventions, parallel, probes, storage, train
 from papa_jax import workdir
 from papa_jax import data as data_lib
 from papa_jax.attention import AttentionOverride
@@ -55,7 +55,7 @@ def gradient_importance(setup: Setup) -> np.ndarray:
   probe.baseline_runs(setup)  # Trains the k = 0 probes if they are not done.
   module, encoder, tx, fit = probe.baseline_fit(setup, setup.seeds[0])
   # On the host: each process then places its own copy on the (multi-process) mesh.
-  params = jax.device_get(train.restore_final(module, encoder, tx, fit,
+  params = jax.device_get(fitting.restore_final(module, encoder, tx, fit,
                                               setup.max_length)["probe"])
   data = setup.train_data
   if 0 < c.sort.max_train_examples < len(data):  # The sorting run's subset.

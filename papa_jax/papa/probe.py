@@ -4,7 +4,9 @@ For every variant (the constant: `papa/constants.py`) with PAPA's ranking,
 and for every other head ordering (`papa/orderings.py`) with the raw mean,
 and every static-head count k of the schedule, the first k heads of the
 ordering become constant and a probe trains on the frozen encoder, once per
-probe seed (the baseline, k = 0, serves them all). Each run writes
+probe seed (the baseline, k = 0, serves them all); the seeds of one head set
+train together, vmapped, where their features are cached on one device
+(`fitting.fit_many`), each as if alone. Each run writes
 `probe/{variant}[_{ordering}]_k{K}_s{seed}/result.json` and `predictions.npz`.
 Runs are found by content: a run whose fingerprint (model, config, variant,
 the constant heads, seed) exists anywhere under `probe/` is reused, so a head
@@ -21,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 from absl import logging
 
-from papa_jax import config_schema, parallel, results, storage, train, workdir
+from papa_jax import config_schema, fitting, parallel, results, storage, train, workdir
 from papa_jax import features as features_lib
 from papa_jax.attention import AttentionOverride
 from papa_jax.layout import RELATIVE
@@ -108,14 +110,16 @@ def probe_runs(setup: Setup, variant: str, ordering: str, k: int, ranking,
   if cfg.probe.cache_features:  # Once per static-head set, shared by every seed.
     name = f"{variant}_k{k}" if ordering == "lambda" else f"{variant}_{ordering}_k{k}"
     train_data, eval_data = _features(setup, encoder, name, k)
-  for seed, fp in todo:
-    t0 = time.perf_counter()
-    run_dir = layout.probe_run(variant, k, seed, ordering)
-    _, history, logits = train.fit(
-        f"probe {variant} {ordering} k={k} seed={seed}", train.probe_module(task, mc, cfg.probe),
-        encoder, train.make_optimizer(cfg.probe),
-        train.FitConfig.from_config(cfg, cfg.probe.epochs, seed, layout.checkpoints(run_dir), fp),
-        train_data, eval_data, train.scorer(task, setup.eval_data.labels), setup.mesh)
+  t0 = time.perf_counter()
+  run_dirs = [layout.probe_run(variant, k, seed, ordering) for seed, _ in todo]
+  fits = fitting.fit_many(
+      f"probe {variant} {ordering} k={k}" + (f" seed={todo[0][0]}" if len(todo) == 1 else ""),
+      train.probe_module(task, mc, cfg.probe), encoder, train.make_optimizer(cfg.probe),
+      [train.FitConfig.from_config(cfg, cfg.probe.epochs, seed, layout.checkpoints(d), fp)
+       for (seed, fp), d in zip(todo, run_dirs)],
+      train_data, eval_data, train.scorer(task, setup.eval_data.labels), setup.mesh)
+  seconds = (time.perf_counter() - t0) / len(todo)  # Probes trained together share the time.
+  for (seed, fp), run_dir, (_, history, logits) in zip(todo, run_dirs, fits):
     metric = task.headline_metric
     row = dict(model=cfg.model.name, task=task.name, variant=variant, ordering=ordering,
                static_heads=k, total_heads=mc.total_heads, fraction=k / mc.total_heads,
@@ -123,7 +127,7 @@ def probe_runs(setup: Setup, variant: str, ordering: str, k: int, ranking,
                best_score=max(h[metric] for h in history),
                scores={m: history[-1][m] for m in task.metrics},
                examples=len(setup.train_data), eval_examples=len(setup.eval_data),
-               epochs=len(history), seconds=time.perf_counter() - t0, history=history,
+               epochs=len(history), seconds=seconds, trained_with=len(todo), history=history,
                fingerprint=fp, run=os.path.relpath(run_dir, setup.workdir))
     if parallel.is_main_process():
       results.save_predictions(layout.probe_predictions(variant, k, seed, ordering),

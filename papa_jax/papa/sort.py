@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 from absl import logging
 
-from papa_jax import config_schema, parallel, storage, train, workdir
+from papa_jax import config_schema, fitting, parallel, storage, train, workdir
 from papa_jax import data as data_lib
 from papa_jax.attention import AttentionOverride
 from papa_jax.layout import RELATIVE
@@ -54,7 +54,7 @@ def _run(setup: Setup) -> None:
     data = data.take(data_lib.subsample_indices(len(data), cfg.sort.max_train_examples,
                                                 cfg.data.subsample_seed + 1))
   t0 = time.perf_counter()
-  state, history, _ = train.fit(
+  state, history, _ = fitting.fit(
       "sort", train.probe_module(setup.task, mc, cfg.probe), encoder,
       train.make_optimizer(cfg.probe, gate_learning_rate=cfg.sort.gate_learning_rate),
       train.FitConfig.from_config(cfg, cfg.sort.epochs, cfg.sort.seed,

@@ -1,0 +1,266 @@
+"""The probe training loop: batches, evaluation, checkpoints, resume, probes trained together.
+
+`fit` trains one probe; `fit_many` trains several that differ only in seed on
+the same cached features in one vmapped step (`train.make_group_step`), each
+as if alone. The steps themselves live in `train`.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl import logging
+
+from papa_jax import checkpoint as ckpt_lib
+from papa_jax import parallel, preemption
+from papa_jax.data import pipeline
+from papa_jax.progress import Progress
+from papa_jax.train import (FitConfig, FrozenEncoder, TrainState, init_state, make_eval_step,
+                            make_group_step, make_train_step, take)
+
+
+def resident_table(data, mesh) -> dict | None:
+  """Cached features kept on the device for the whole fit (one-device, one-process meshes).
+
+  Each batch is then gathered on the device, with no host copy per step (the
+  gathered rows are the same; padding rows differ only in content the loss
+  masks out). Elsewhere, None: each process gathers its rows on the host.
+  """
+  if not hasattr(data, "features") or mesh.size != 1 or jax.process_count() != 1:
+    return None
+  return {k: jnp.asarray(v) for k, v in pipeline.columns(data).items()}
+
+
+def device_batches(data, table: dict | None, batch_size: int, mesh, *, seed: int, epoch: int,
+                   start: int = 0):
+  """One epoch's shuffled training batches on the mesh, from batch `start`."""
+  if table is None:
+    for batch in pipeline.batches(data, batch_size, shuffle=True, seed=seed, epoch=epoch,
+                                  start=start):
+      yield parallel.put_batch(pipeline.host_slice(batch), mesh)
+    return
+  order = pipeline.epoch_order(pipeline.num_rows(data), shuffle=True, seed=seed, epoch=epoch)
+  for idx in pipeline.batch_indices(order, batch_size)[start:]:
+    yield take(table, jnp.asarray(idx, jnp.int32))
+
+
+def predict(eval_fn, params, encoder: FrozenEncoder, data, mesh, batch_size: int) -> np.ndarray:
+  """Probe outputs for every example of `data`, in order (padding removed)."""
+  outs = [out[valid] for _, out, valid in parallel.map_batches(
+      lambda b: eval_fn(params, b, encoder), data, batch_size=batch_size, mesh=mesh)]
+  return np.concatenate(outs)
+
+
+def vectorisable(data, mesh) -> bool:
+  """Whether probes can train together on `data`: cached features resident on the one
+  device of one process (elsewhere each probe trains in turn)."""
+  return hasattr(data, "features") and resident_table(data, mesh) is not None
+
+
+def _group_predict(eval_fn, params, table: dict, batch_size: int) -> list[np.ndarray]:
+  """Every probe's outputs `[N, ...]` on every row of `table`, in order."""
+  n = pipeline.num_rows(table)
+  outs = []
+  for idx in pipeline.batch_indices(np.arange(n), batch_size):
+    out = eval_fn(params, take(table, jnp.asarray(idx, jnp.int32)))
+    outs.append(np.asarray(out)[:, idx >= 0])
+  out = np.concatenate(outs, axis=1)
+  return list(out)
+
+
+def _stack(trees: list) -> Any:
+  return jax.tree.map(lambda *x: jnp.stack(x), *trees)
+
+
+def _row(tree: Any, p: int) -> Any:
+  return jax.tree.map(lambda x: x[p], tree)
+
+
+def fit(name: str, probe: nn.Module, encoder: FrozenEncoder, tx, cfg: FitConfig, train_data,
+        eval_data, score_fn: Callable[[np.ndarray], dict],
+        mesh) -> tuple[TrainState, list[dict], np.ndarray]:
+  """Trains `probe` for `cfg.epochs`, evaluating each epoch; resumable (`fit_many` of one).
+
+  The data order of epoch e depends only on (seed, e) and dropout keys only on
+  the step, so resuming from a checkpoint (at an epoch end, or within an epoch
+  every `cfg.checkpoint_every_steps` steps, or on preemption) gives the same
+  result as an uninterrupted run.
+
+  Returns:
+    The final state, the per-epoch history (train loss, eval scores, time), and
+    the last epoch's eval outputs (logits) for every eval example.
+  """
+  return fit_many(name, probe, encoder, tx, [cfg], train_data, eval_data, score_fn, mesh)[0]
+
+
+def fit_many(name: str, probe: nn.Module, encoder: FrozenEncoder, tx, cfgs: list[FitConfig],
+             train_data, eval_data, score_fn: Callable[[np.ndarray], dict],
+             mesh) -> list[tuple[TrainState, list[dict], np.ndarray]]:
+  """`fit` of several probes that differ only in seed (and checkpoint directory), trained
+  together in one vmapped step where `vectorisable` (else in turn). Each probe keeps its
+  own data order, dropout keys, history and checkpoints, as if trained alone; probes whose
+  checkpoints stand at different points train in groups, one per point."""
+  if len(cfgs) > 1 and not (vectorisable(train_data, mesh) and vectorisable(eval_data, mesh)):
+    return [fit(f"{name} seed={c.seed}", probe, encoder, tx, c, train_data, eval_data,
+                score_fn, mesh) for c in cfgs]
+  repl, shard = parallel.replicated(mesh), parallel.batch_sharding(mesh)
+  encoder = parallel.put_replicated(encoder, mesh)
+  ckpts = [ckpt_lib.Checkpointer(c.checkpoint_dir) if c.checkpoint_dir else None for c in cfgs]
+  states, metas = [], []
+  for c, ckpt in zip(cfgs, ckpts):
+    state = jax.device_put(init_state(probe, encoder, tx, c.seed, eval_data.max_length), repl)
+    meta = {}
+    if ckpt is not None and ckpt.latest_step() is not None:
+      state, meta = ckpt.restore(ckpt.latest_step(), state, c.fingerprint)
+    states.append(state)
+    metas.append(meta)
+  points = [(m.get("epoch", 0), m.get("step_in_epoch", 0)) for m in metas]
+  if len(set(points)) > 1:  # Resumed from different points: one group per point.
+    for ckpt in ckpts:
+      if ckpt is not None:
+        ckpt.close()
+    out = [None] * len(cfgs)
+    for point in sorted(set(points)):
+      ids = [i for i, q in enumerate(points) if q == point]
+      for i, r in zip(ids, fit_many(name, probe, encoder, tx, [cfgs[i] for i in ids],
+                                    train_data, eval_data, score_fn, mesh)):
+        out[i] = r
+    return out
+  cfg, group = cfgs[0], len(cfgs)
+  n = pipeline.num_rows(train_data)
+  steps_per_epoch = pipeline.num_batches(n, cfg.batch_size)
+  histories = [m.get("history", []) for m in metas]
+  epoch, start = points[0]
+  epoch_losses = [m.get("epoch_losses", []) for m in metas]
+  if points[0] != (0, 0):
+    logging.info("%s: resumed after epoch %d%s from %s.", name, epoch,
+                 f", step {start} of epoch {epoch + 1}" if start else "",
+                 ", ".join(c.directory for c in ckpts if c is not None))
+  table = resident_table(train_data, mesh)
+  if group == 1:
+    state = states[0]
+    train_step = jax.jit(make_train_step(probe, tx, cfg.seed), in_shardings=(repl, shard, repl),
+                         out_shardings=(repl, repl), donate_argnums=0)
+    eval_fn = jax.jit(make_eval_step(probe), in_shardings=(repl, shard, repl),
+                      out_shardings=repl)
+    step_fn = lambda st, batch: (lambda s, loss: (s, loss[None]))(*train_step(st, batch,
+                                                                               encoder))
+    epoch_batches = lambda e, s0: device_batches(train_data, table, cfg.batch_size, mesh,
+                                                 seed=cfg.seed, epoch=e, start=s0)
+    predict_all = lambda st: [predict(eval_fn, st.params, encoder, eval_data, mesh,
+                                      cfg.eval_batch_size)]
+    row = lambda st, p: st
+  else:
+    state = _stack(states)
+    seeds = jnp.asarray([c.seed for c in cfgs], jnp.int32)
+    group_step = jax.jit(make_group_step(probe, tx), donate_argnums=0)
+    step_fn = lambda st, idx: group_step(st, table, idx, seeds)
+    eval_step = make_eval_step(probe)
+    eval_fn = jax.jit(lambda params, batch: jax.vmap(lambda p: eval_step(p, batch, None))(params))
+    eval_table = resident_table(eval_data, mesh)
+    predict_all = lambda st: _group_predict(eval_fn, st.params, eval_table, cfg.eval_batch_size)
+    row = _row
+
+    def epoch_batches(e: int, s0: int):
+      per = [pipeline.batch_indices(pipeline.epoch_order(n, shuffle=True, seed=c.seed, epoch=e),
+                                    cfg.batch_size) for c in cfgs]
+      for i in range(s0, steps_per_epoch):
+        yield jnp.asarray(np.stack([b[i] for b in per]), jnp.int32)
+
+  def save(epoch_done: int, step_in_epoch: int, losses: list[list[float]]) -> None:
+    global_step = epoch_done * steps_per_epoch + step_in_epoch
+    for p, (c, ckpt) in enumerate(zip(cfgs, ckpts)):
+      if ckpt is not None:
+        ckpt.save(global_step, row(state, p), dict(
+            fingerprint=c.fingerprint, epoch=epoch_done, step_in_epoch=step_in_epoch,
+            epoch_losses=losses[p], history=histories[p]))
+
+  log_every = max(1, min(cfg.log_every_steps, steps_per_epoch))
+  prog = Progress(f"{name} train" + (f" ({group} probes)" if group > 1 else ""),
+                  cfg.epochs * steps_per_epoch, unit="steps", every=1,
+                  start=epoch * steps_per_epoch + start)
+  checkpointed = any(c is not None for c in ckpts)
+  names = [name if group == 1 else f"{name} seed={c.seed}" for c in cfgs]
+  logits = None
+  for epoch in range(epoch, cfg.epochs):
+    t0, pending = time.perf_counter(), []
+    host = [list(x) for x in epoch_losses]
+    for i, batch in enumerate(epoch_batches(epoch, start), start=start):
+      state, loss = step_fn(state, batch)
+      pending.append(loss)
+      done = i + 1
+      stop = preemption.should_stop()
+      due = checkpointed and cfg.checkpoint_every_steps > 0 and (
+          done % cfg.checkpoint_every_steps == 0) and done < steps_per_epoch
+      if len(pending) == log_every or stop or due:
+        window = _check_finite(pending, names, epoch, len(host[0]), steps_per_epoch)
+        for h, w in zip(host, window):
+          h.extend(w)
+        pending = []
+        prog.update(len(window[0]), epoch=epoch + 1, loss=float(np.mean(window)))
+      if (stop or due) and checkpointed:
+        save(epoch, done, host)
+      if stop:
+        raise preemption.Preempted(f"{name}: stopped at step {done} of epoch {epoch + 1}"
+                                   + (" (checkpoint saved)" if checkpointed else ""))
+    for h, w in zip(host, _check_finite(pending, names, epoch, len(host[0]), steps_per_epoch)):
+      h.extend(w)
+    start, epoch_losses = 0, [[] for _ in cfgs]
+    prog.done = (epoch + 1) * steps_per_epoch
+    logits = predict_all(state)
+    seconds = time.perf_counter() - t0
+    for p in range(group):
+      record = dict(epoch=epoch + 1, train_loss=float(np.mean(host[p])), seconds=seconds,
+                    **score_fn(logits[p]))
+      histories[p].append(record)
+      logging.info("%s: epoch %d/%d %s", names[p], epoch + 1, cfg.epochs,
+                   " ".join(f"{k}={v:.4f}" for k, v in record.items() if isinstance(v, float)))
+    if checkpointed:
+      save(epoch + 1, 0, epoch_losses)
+  if logits is None:  # Every epoch was done before: score the restored state.
+    logits = predict_all(state)
+  for ckpt in ckpts:
+    if ckpt is not None:
+      ckpt.close()
+  return [(row(state, p), histories[p], logits[p]) for p in range(group)]
+
+
+def restore_final(probe: nn.Module, encoder: FrozenEncoder, tx, cfg: FitConfig,
+                  max_length: int) -> Any:
+  """The trainable parameters a finished `fit` left in `cfg.checkpoint_dir` (its last epoch)."""
+  ckpt = ckpt_lib.Checkpointer(cfg.checkpoint_dir)
+  try:
+    step = ckpt.latest_step()
+    if step is None:
+      raise ckpt_lib.CheckpointError(f"No checkpoint in {cfg.checkpoint_dir}: that run has not "
+                                     "trained (or its checkpoints were deleted).")
+    state, meta = ckpt.restore(step, init_state(probe, encoder, tx, cfg.seed, max_length),
+                               cfg.fingerprint)
+    if meta.get("epoch") != cfg.epochs or meta.get("step_in_epoch", 0):
+      raise ckpt_lib.CheckpointError(f"{cfg.checkpoint_dir} holds epoch {meta.get('epoch')} of "
+                                     f"{cfg.epochs}: that run has not finished.")
+    return state.params
+  finally:
+    ckpt.close()
+
+
+def _check_finite(losses: list, names: list[str], epoch: int, offset: int,
+                  steps_per_epoch: int) -> list[list[float]]:
+  """Host copies of `losses` (each `[P]`, steps offset+1.. of the epoch), per probe;
+  raises on NaN/Inf naming the probe."""
+  if not losses:
+    return [[] for _ in names]
+  values = np.asarray(jax.device_get(losses), np.float64).reshape(len(losses), -1).T
+  for name, v in zip(names, values):
+    bad = np.flatnonzero(~np.isfinite(v))
+    if len(bad):
+      raise FloatingPointError(
+          f"{name}: the training loss became {v[bad[0]]} at step "
+          f"{epoch * steps_per_epoch + offset + int(bad[0]) + 1} (step {offset + int(bad[0]) + 1}"
+          f" of epoch {epoch + 1}); stopping. Lower the learning rate or check the inputs.")
+  return values.tolist()
