@@ -111,6 +111,16 @@ def quote_name_lists(argv: list[str]) -> list[str]:
   return out
 
 
+def launcher_argv(argv: list[str]) -> list[str]:
+  """The launcher's flags as the flag parser must see them: name lists quoted; a flag of a
+  moved field raises `ConfigError` naming its new name (not absl's "unknown")."""
+  for arg in argv:
+    old = arg.split("=")[0][len("--config."):]
+    if arg.startswith("--config.") and old in MOVED:
+      raise ConfigError(f"--config.{old} was renamed: use --config.{MOVED[old]}.")
+  return quote_name_lists(argv)
+
+
 def _names(config: ml_collections.ConfigDict, field: str, known: tuple[str, ...],
            first: str) -> tuple[str, ...]:
   """A `papa` tuple of names ('a,b' on the command line works too), checked against
