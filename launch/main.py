@@ -1,4 +1,4 @@
-"""PAPA and effective-attention experiments: one command on CPU, GPU or TPU pod.
+r"""PAPA and effective-attention experiments: one command on CPU, GPU or TPU pod.
 
   python launch/main.py --config=configs/bert_sst2.py --workdir=DIR \
       [--config.stage=STAGE] [--config.field=value ...]
@@ -6,7 +6,8 @@
 STAGE (default all) is a stage, run after the stages it needs (each skips
 the work it finished before): means, sort, orderings, probe (all: the four),
 effective, finetune, linguistic, ablation, mixing (papa_jax/registry.py); or a
-command: suite (a grid of runs and its report), report, explore.
+command: suite (a grid of runs and its report), report, explore. Every field,
+its default and what it changes: docs/config.md.
 Exits with status 75 when preempted (SIGTERM) after saving a checkpoint:
 rerun the same command to resume.
 """

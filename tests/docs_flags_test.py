@@ -8,6 +8,7 @@ written out in the same document (a python block whose first line is `# configs/
 Flags written in prose (`--config.x=VALUE`, placeholders allowed) must name a field.
 """
 
+import ast
 import glob
 import os
 import re
@@ -166,3 +167,12 @@ def test_docs_field_names_exist():
 def test_invalid_docs_command_is_caught(flag, message):
   with pytest.raises(Exception, match=message):
     parse(["--config=configs/quickstart.py", flag])
+
+
+def test_launcher_help_names_every_stage_and_command():
+  """`launch/main.py --help` prints its docstring: it names every `config.stage` value."""
+  from papa_jax import commands  # pylint: disable=import-outside-toplevel
+  with open(os.path.join(ROOT, "launch", "main.py"), encoding="utf-8") as f:
+    doc = ast.get_docstring(ast.parse(f.read()))
+  missing = [n for n in commands.names() if not re.search(rf"\b{n}\b", doc)]
+  assert not missing, f"launch/main.py's docstring does not name the stages {missing}"
