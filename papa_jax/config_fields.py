@@ -79,7 +79,8 @@ FIELDS: dict[str, Field | Group] = dict(
                      format=F("", "csv, tsv, jsonl, conll or conllu."),
                      kind=F("classification", "classification or regression (csv, tsv, "
                             "jsonl); tagging (conll, conllu)."),
-                     train=F("", "The train split's file, relative to data_dir (or absolute)."),
+                     train=F("", "The train split's file, relative to data.data_dir (the working "
+                             "directory when that is empty) or absolute."),
                      validation=F("", "The validation split's file (scores are reported on "
                                   "it)."),
                      test=F("", "The test split's file; optional."),
@@ -94,14 +95,15 @@ FIELDS: dict[str, Field | Group] = dict(
                      label_names=F((), "Labels (tags) in label-id order, spelled as in the "
                                    "files; () collects them from the train split, sorted "
                                    "(numerically if all are integers)."),
-                     metrics=F((), "() = per kind: classification accuracy; regression "
-                               "pearson, spearman; tagging entity f1, precision, recall, "
-                               "accuracy if the tags are IOB-like, else token accuracy. The "
-                               "first is the headline."),
+                     metrics=F((), "The first is the headline. () = per kind: classification "
+                               "accuracy; regression pearson, spearman; tagging entity f1, "
+                               "precision, recall, accuracy if the tags are IOB-like, else "
+                               "token accuracy (docs/tasks.md, Metrics)."),
                      token_column=F(0, "conll: the token's column (0-based)."),
                      tag_column=F(-1, "conll: the tag's column; negative counts from the "
                                   "last."),
-                     separator=F("whitespace", "conll: whitespace (spaces and tabs) or tab."),
+                     separator=F("whitespace", "conll: whitespace (runs of spaces and tabs) or "
+                                 "tab (tabs only, so tokens may hold spaces)."),
                      tag_field=F("upos", "conllu: upos or xpos."),
                  )),
     )),
