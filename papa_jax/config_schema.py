@@ -47,8 +47,7 @@ def _build(fields: dict) -> ml_collections.ConfigDict:
 
 
 def get_config() -> ml_collections.ConfigDict:
-  """The defaults (`config_fields.FIELDS`): the PAPA paper's recipe (`shared/spec/papa.md`
-  §7.3)."""
+  """The defaults (`config_fields.FIELDS`): the PAPA paper's probing recipe (docs/config.md)."""
   return _build(FIELDS)
 
 
