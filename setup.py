@@ -1,6 +1,18 @@
 """papa-jax: PAPA and effective attention for pretrained encoders in JAX/Flax."""
 
+import os
+import re
+
 import setuptools
+
+
+def _version() -> str:
+  """`papa_jax.__version__`, its one home, read without importing the package (whose
+  dependencies may not be installed yet)."""
+  path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "papa_jax", "__init__.py")
+  with open(path, encoding="utf-8") as f:
+    return re.search(r'^__version__ = "([^"]+)"$', f.read(), re.M).group(1)
+
 
 # Python 3.11 caps JAX at 0.10.2 and Flax at 0.12.8 (newer need 3.12); pin so
 # resolution is the same everywhere.
@@ -54,8 +66,9 @@ EXTRAS = {
 
 setuptools.setup(
     name="papa-jax",
-    version="0.1.0",
+    version=_version(),
     description=__doc__,
+    license="Apache-2.0",
     packages=setuptools.find_packages(include=["papa_jax", "papa_jax.*"]),
     # The explorer's page template, JS and CSS, inlined into each page it writes.
     package_data={"papa_jax.explorer": ["static/*.html", "static/*.js", "static/*.css"]},

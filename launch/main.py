@@ -1,4 +1,4 @@
-"""PAPA and effective-attention experiments: one command on CPU, GPU or TPU pod.
+r"""PAPA and effective-attention experiments: one command on CPU, GPU or TPU pod.
 
   python launch/main.py --config=configs/bert_sst2.py --workdir=DIR \
       [--config.stage=STAGE] [--config.field=value ...]
@@ -6,7 +6,8 @@
 STAGE (default all) is a stage, run after the stages it needs (each skips
 the work it finished before): means, sort, orderings, probe (all: the four),
 effective, finetune, linguistic, ablation, mixing (papa_jax/registry.py); or a
-command: suite (a grid of runs and its report), report, explore.
+command: suite (a grid of runs and its report), report, explore. Every field,
+its default and what it changes: docs/config.md.
 Exits with status 75 when preempted (SIGTERM) after saving a checkpoint:
 rerun the same command to resume.
 """
@@ -59,11 +60,10 @@ _CPU_FLAGS: list[str] = []
 
 if __name__ == "__main__":
   _CPU_FLAGS = cpu_tuning.apply()  # Before JAX creates its CPU backend.
-  sys.argv[1:] = config_schema.quote_name_lists(sys.argv[1:])  # --config.papa.orderings=a,b
-  for _arg in sys.argv[1:]:  # A flag of a moved field: say its new name, not "unknown".
-    _old = _arg.split("=")[0][len("--config."):]
-    if _arg.startswith("--config.") and _old in config_schema.MOVED:
-      sys.exit(f"--config.{_old} was renamed: use --config.{config_schema.MOVED[_old]}.")
+  try:  # --config.papa.orderings=a,b; a moved field's flag names its new name.
+    sys.argv[1:] = config_schema.launcher_argv(sys.argv[1:])
+  except config_schema.ConfigError as e:
+    sys.exit(str(e))
   import jax  # noqa: E402  pylint: disable=g-import-not-at-top
   jax.config.config_with_absl()
   logging.set_verbosity(logging.INFO)

@@ -1,4 +1,5 @@
-"""The experiment config: its defaults, which fields change results, its checks.
+"""The experiment config: its defaults (from `config_fields`), which fields change results,
+its checks.
 
 Groups and what they mean for a workdir:
   * result groups (`RESULT_GROUPS`): every field changes some result; a stage
@@ -23,16 +24,10 @@ from typing import Any
 
 import ml_collections
 
+from papa_jax.config_fields import (  # noqa: F401  (the choices are part of this API)
+    ABLATIONS, EXPLORE_MIXING, FEATURE_DTYPES, FIELDS, MIXING_METHODS, ORDERINGS, VARIANTS, Group)
 from papa_jax.errors import ConfigError
 
-VARIANTS = ("raw", "effective", "uniform", "row_mean", "compressed")  # papa/constants.py
-FEATURE_DTYPES = ("float32", "bfloat16")
-ABLATIONS = ("uniform", "constant", "effective")
-ORDERINGS = ("lambda", "random", "entropy", "variance", "kl", "gradient", "ablation")
-# Per-layer context-mixing maps the explorer can store per example (`api.context_mixing`).
-EXPLORE_MIXING = ("attention", "attention_rollout", "attn", "attnres", "attnresln", "globenc",
-                  "globenc_rollout", "alti", "alti_rollout", "value_zeroing",
-                  "value_zeroing_rollout")
 RESULT_GROUPS = ("model", "data", "sort", "probe", "effective", "finetune", "ablation",
                  "mixing")
 PAPA_GROUPS = ("model", "data", "sort", "probe")  # What means, sort and probe runs depend on.
@@ -46,150 +41,14 @@ MOVED = {"effective.other_model": "finetune.other_model",
          "effective.figure_head": "figures.head"}
 
 
-def get_config() -> ml_collections.ConfigDict:
-  """The defaults: the PAPA paper's recipe (`shared/spec/papa.md` §7.3)."""
-  c = ml_collections.ConfigDict()
-  c.stage = "all"  # A stage of papa_jax/registry.py (all: means, sort, probe) or a command.
-  c.overwrite = False  # Replace results of a different config in the workdir.
+def _build(fields: dict) -> ml_collections.ConfigDict:
+  return ml_collections.ConfigDict({
+      k: _build(f.fields) if isinstance(f, Group) else f.default for k, f in fields.items()})
 
-  c.model = ml_collections.ConfigDict(dict(
-      name="bert-base-uncased",  # Hub id, packaged model id, or local directory.
-      # Matmul dtype: float32, bfloat16 (float32 parameters, residuals, LayerNorms,
-      # softmax and attention sums), or auto: float32 on CPU, bfloat16 on GPU/TPU.
-      dtype="auto",
-  ))
-  c.data = ml_collections.ConfigDict(dict(
-      # A built-in task (cola sst2 mrpc qqp stsb mnli qnli rte wnli ner pos chunk udpos),
-      # or 'custom': the task declared in data.custom below (docs/tasks.md).
-      task="sst2",
-      source="local",  # local (the task's files, read directly) | tfds (catalog, built-ins)
-      # Local files; '' means $PAPA_SHARED/data/<task folder> (udpos: required, a UD
-      # treebank directory; custom: the working directory).
-      data_dir="",
-      max_length=64,
-      papa_layout=True,  # Fixed positional layout (spec §3).
-      faithful_segment_ids=True,  # Keep the original code's segment ids (spec §10.3).
-      max_train_examples=-1,  # Seeded random subset of the train split; -1: all.
-      max_eval_examples=-1,
-      subsample_seed=0,
-      skip_malformed=False,  # Skip (and count) malformed rows instead of failing.
-      # Read only when task='custom'. Tuples are Python literals on the command line:
-      # --config.data.custom.text_fields="('question', 'answer')".
-      custom=ml_collections.ConfigDict(dict(
-          name="",  # Shown in results; '' means 'custom'. Not a built-in task's name.
-          format="",  # csv | tsv | jsonl | conll | conllu
-          kind="classification",  # classification | regression | tagging (conll, conllu)
-          # Split files, relative to data_dir (or absolute); test is optional.
-          train="", validation="", test="",
-          header=True,  # csv/tsv: the first row names the columns.
-          quoting="",  # csv/tsv: '' = the format's (csv: rfc4180, tsv: none) | rfc4180 | none
-          # csv/tsv/jsonl: the one (single text) or two (pair) text fields and the label:
-          # header names or JSON keys; with header=False, 0-based column numbers as
-          # strings, e.g. ('3',) and '1'.
-          text_fields=(),
-          label_field="",
-          # Labels (tags) in label-id order, spelled as in the files; () collects them
-          # from the train split, sorted (numerically if all are integers).
-          label_names=(),
-          # () = per kind: classification accuracy; regression pearson, spearman;
-          # tagging entity f1, precision, recall, accuracy if the tags are IOB-like,
-          # else token accuracy. The first is the headline. Classification: accuracy,
-          # f1 (binary, of the second label), matthews_correlation. Tagging: a subset
-          # of (f1, precision, recall, accuracy) with f1 (entities), or ('accuracy',).
-          metrics=(),
-          token_column=0,  # conll: the token's column (0-based).
-          tag_column=-1,  # conll: the tag's column; negative counts from the last.
-          separator="whitespace",  # conll: whitespace (spaces and tabs) | tab
-          tag_field="upos",  # conllu: upos | xpos
-      )),
-  ))
-  c.papa = ml_collections.ConfigDict(dict(
-      fractions=(0.0, 0.5, 0.875, 0.9375, 1.0),  # Of all heads, taken in sorted order.
-      # Constants (papa/constants.py): raw (PAPA's mean), effective (its mean of effective
-      # attention), and the controls uniform, row_mean, compressed.
-      variants=("raw",),
-      seeds=(42,),  # Probe seeds: every run (the baseline too) is repeated per seed.
-      # Head orderings (papa/orderings.py): lambda (PAPA's gates), random, entropy,
-      # variance, kl, gradient, ablation. Every variant runs with lambda; the other
-      # orderings run with the raw mean.
-      orderings=("lambda",),
-      random_draws=5,  # Seeded permutations when orderings has "random".
-  ))
-  c.sort = ml_collections.ConfigDict(dict(
-      epochs=15,  # The paper's sorting run uses the probing recipe.
-      gate_learning_rate=2e-5,
-      max_train_examples=-1,  # Sort on a seeded subset of the train data; -1: all of it.
-      seed=42,  # Probe initialisation and data order of the sorting run.
-  ))
-  c.probe = ml_collections.ConfigDict(dict(
-      learning_rate=2e-5, epochs=15, batch_size=16,
-      weight_decay=0.0, adam_b1=0.9, adam_b2=0.999, adam_eps=1e-8, grad_clip_norm=1.0,
-      encoder_dropout=True,  # The frozen backbone stays in train mode (as the paper).
-      probe_dropout=-1.0,  # -1: the checkpoint's recipe (hidden dropout; 0 for RoBERTa).
-      cache_features=False,  # Compute encoder outputs once (needs encoder_dropout=False).
-      feature_dtype="float32",  # Dtype of encoder outputs fed to the probe (cache dtype).
-  ))
-  c.effective = ml_collections.ConfigDict(dict(  # The analysis stages' split and options.
-      split="validation",
-      max_examples=-1,
-      rtol=-1.0,  # Rank tolerance relative to sigma_max; -1: max(n, d) * eps.
-      min_valid_tokens=0,  # Only examples with more real tokens than this.
-  ))
-  c.finetune = ml_collections.ConfigDict(dict(
-      other_model="",  # The fine-tuned (or other) checkpoint compared with model.name.
-  ))
-  c.ablation = ml_collections.ConfigDict(dict(
-      kinds=ABLATIONS,  # Head replacements, each a map of score changes.
-  ))
-  c.mixing = ml_collections.ConfigDict(dict(  # stage=mixing (papa_jax/mixing.py).
-      # norms (K20/K21), alti, globenc, value_zeroing; attention rollout always.
-      methods=("norms", "alti", "globenc", "value_zeroing"),
-      alti_chunk=16,  # Query rows per ALTI chunk (memory: batch x chunk x L x D floats).
-      vz_chunk=8,  # Zeroed tokens per value-zeroing chunk (batch x L x chunk x FFN floats).
-      reference_quirks=False,  # ALTI as mt-upc's code computes it (LN scale, L1 shift).
-      allow_low_precision=False,  # Run on a bfloat16 model (identities to about 1e-2).
-  ))
-  c.figures = ml_collections.ConfigDict(dict(  # What the effective stage's example shows.
-      example_index=0,  # Which long example of the analysis split.
-      layer=-1,  # Layer and head; -1: the largest null part.
-      head=-1,
-  ))
-  c.explore = ml_collections.ConfigDict(dict(
-      examples=(0, 1, 2),  # Dev indices (whole validation split, file order) shown first.
-      max_examples=8,  # Stored in all, padded with the next dev examples; <= 0: just `examples`.
-      output="explorer.html",  # Under the workdir.
-      # Context-mixing maps per shown example and layer (EXPLORE_MIXING, papa_jax/mixing.py);
-      # () = none. value_zeroing costs every layer's FFN once per token (tens of forward
-      # passes). Needs a float32 model (model.dtype); else skipped with a warning.
-      mixing=("attention_rollout", "attnresln", "globenc", "alti", "alti_rollout",
-              "value_zeroing"),
-  ))
-  c.report = ml_collections.ConfigDict(dict(
-      n_boot=1000,  # Bootstrap resamples (over dev examples and probe seeds).
-      seed=0,
-      level=0.95,  # Interval coverage.
-  ))
-  c.run = ml_collections.ConfigDict(dict(
-      log_every_steps=100,
-      batch_size=32,  # Global batch of every forward-only pass (means, features, eval).
-      checkpoint_every_batches=200,  # Means partial sums saved for resuming; 0: never.
-      checkpoint_every_steps=0,  # Probe checkpoints within an epoch; 0: at epoch ends only.
-      num_devices=-1,  # Devices of the data mesh; -1: every device.
-      cache_dir="",  # '' keeps cached features in memory; else a folder for .npy files.
-      cache_max_gb=8.0,
-      # A workdir on object storage (gs://) is locked by a lease object; one whose
-      # heartbeat is older than this many seconds is taken over (papa_jax/lease.py).
-      lease_stale_seconds=120.0,
-      distributed=ml_collections.ConfigDict(dict(
-          enabled=False,  # jax.distributed.initialize() for multi-host (TPU pod) runs.
-          coordinator_address="", num_processes=-1, process_id=-1, local_device_count=-1,
-          cpu_collectives="",  # 'gloo' for CPU multi-process runs.
-          # Every process all-gathers its SIGTERM flag at every N-th check of the loops,
-          # so all stop at the same step (papa_jax/preemption.py).
-          preemption_check_every=10,
-      )),
-  ))
-  return c
+
+def get_config() -> ml_collections.ConfigDict:
+  """The defaults (`config_fields.FIELDS`): the PAPA paper's probing recipe (docs/config.md)."""
+  return _build(FIELDS)
 
 
 def _flat(d: dict, prefix: str = "") -> dict[str, Any]:
@@ -249,6 +108,16 @@ def quote_name_lists(argv: list[str]) -> list[str]:
       arg = f"{key}=(" + "".join(f"{n!r}," for n in names) + ")"
     out.append(arg)
   return out
+
+
+def launcher_argv(argv: list[str]) -> list[str]:
+  """The launcher's flags as the flag parser must see them: name lists quoted; a flag of a
+  moved field raises `ConfigError` naming its new name (not absl's "unknown")."""
+  for arg in argv:
+    old = arg.split("=")[0][len("--config."):]
+    if arg.startswith("--config.") and old in MOVED:
+      raise ConfigError(f"--config.{old} was renamed: use --config.{MOVED[old]}.")
+  return quote_name_lists(argv)
 
 
 def _names(config: ml_collections.ConfigDict, field: str, known: tuple[str, ...],
@@ -353,10 +222,10 @@ def validate(config: ml_collections.ConfigDict) -> None:
   if bad or not config.ablation.kinds:
     raise ConfigError(f"ablation.kinds={tuple(config.ablation.kinds)!r}: use a non-empty "
                       f"subset of {ABLATIONS}.")
-  bad = set(config.mixing.methods) - {"norms", "alti", "globenc", "value_zeroing"}
+  bad = set(config.mixing.methods) - set(MIXING_METHODS)
   if bad:
     raise ConfigError(f"mixing.methods={tuple(config.mixing.methods)!r}: use a subset of "
-                      "('norms', 'alti', 'globenc', 'value_zeroing').")
+                      f"{MIXING_METHODS}.")
   if config.mixing.alti_chunk < 1 or config.mixing.vz_chunk < 1:
     raise ConfigError("mixing.alti_chunk and mixing.vz_chunk must be >= 1.")
   explore_mixing(config.explore)

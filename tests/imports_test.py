@@ -21,6 +21,7 @@ FORBIDDEN = {
                         "papa_jax.convert", "papa_jax.interventions", "papa_jax.data"),
     "papa_jax.data": ("papa_jax.models", "papa_jax.analysis", "papa_jax.papa", "papa_jax.stage",
                       "papa_jax.config_schema", "papa_jax.run"),
+    "papa_jax.config_fields": ("papa_jax.",),
     "papa_jax.config_schema": ("papa_jax.data", "papa_jax.stage", "papa_jax.registry",
                                "papa_jax.run"),
     "papa_jax.runner": ("papa_jax.stage", "papa_jax.registry", "papa_jax.run"),

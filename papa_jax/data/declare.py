@@ -139,7 +139,8 @@ def _named_task(data_cfg) -> Task:
   block = _custom_block(data_cfg)
   if data_cfg.task == CUSTOM:
     if block is None:
-      raise TaskConfigError("data.task='custom' needs a data.custom block (see configs/base.py).")
+      raise TaskConfigError("data.task='custom' needs a data.custom block (docs/tasks.md; "
+                            "its fields: docs/config.md).")
     return custom_task(block)
   task = get_task(data_cfg.task)
   if block is not None:
