@@ -165,7 +165,7 @@ def get_config() -> ml_collections.ConfigDict:
               "value_zeroing"),
   ))
   c.report = ml_collections.ConfigDict(dict(
-      n_boot=1000,  # Bootstrap resamples (over dev examples and probe seeds).
+      n_boot=10_000,  # Bootstrap resamples (over dev examples and probe seeds).
       seed=0,
       level=0.95,  # Interval coverage.
   ))

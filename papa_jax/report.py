@@ -270,8 +270,8 @@ def _caveats(results: list[dict], averages: list[dict], corr: dict, level: float
   return out
 
 
-def analyse(experiments: Sequence[Experiment], *, n_boot: int = 1000, seed: int = 0,
-            level: float = 0.95) -> dict:
+def analyse(experiments: Sequence[Experiment], *, n_boot: int = uncertainty.N_BOOT,
+            seed: int = 0, level: float = 0.95) -> dict:
   """Everything in the report, JSON-ready (NaN where undefined)."""
   names = [(e.model, e.task.name) for e in experiments]
   if len(set(names)) != len(names):
@@ -297,8 +297,9 @@ def _slug(*parts: str) -> str:
   return "_".join(re.sub(r"[^A-Za-z0-9.-]+", "-", p).strip("-") for p in parts)
 
 
-def write_report(experiments: Sequence[Experiment], out_dir: str, *, n_boot: int = 1000,
-                 seed: int = 0, level: float = 0.95) -> dict[str, str]:
+def write_report(experiments: Sequence[Experiment], out_dir: str, *,
+                 n_boot: int = uncertainty.N_BOOT, seed: int = 0,
+                 level: float = 0.95) -> dict[str, str]:
   """Writes report.md/.json/.csv and the figures under `out_dir`; returns their paths.
 
   Keys: "md", "json", "csv", "curves", "scatter", and "means/<model>/<task>",

@@ -74,7 +74,8 @@ def _verdict(ci, better: str, worse: str) -> str:
   return "within noise"
 
 
-def analyse(exp, *, rng_seed: int, n_boot: int = 1000, level: float = 0.95) -> dict | None:
+def analyse(exp, *, rng_seed: int, n_boot: int = uncertainty.N_BOOT,
+            level: float = 0.95) -> dict | None:
   """The controls of one `report.Experiment` (None when it ran none)."""
   task, labels, total = exp.task, exp.labels, exp.total_heads
   metric = task.headline_metric

@@ -203,3 +203,14 @@ def test_correlation_against_scipy():
   two = uncertainty.correlation([0.8, 0.9], [0.01, 0.05])
   assert np.isnan(two["pearson_r"]) and "too few" in two["note"]
 
+
+
+def test_every_report_path_draws_ten_thousand_resamples_by_default():
+  import inspect
+  from papa_jax import config_schema, report, report_controls, suite
+  assert uncertainty.N_BOOT == 10_000
+  assert config_schema.get_config().report.n_boot == uncertainty.N_BOOT
+  for fn in (report.analyse, report.write_report, report_controls.analyse,
+             suite.report_from_workdirs, uncertainty.paired_bootstrap, uncertainty.curve,
+             uncertainty.score_band, uncertainty.seed_scores, uncertainty.seed_scores_many):
+    assert inspect.signature(fn).parameters["n_boot"].default == uncertainty.N_BOOT, fn
