@@ -217,7 +217,9 @@ def test_results_relative_drop_is_the_reports_and_undefined_for_a_non_positive_b
                seconds=1.0) for k, s in ((0, 0.0), (2, 0.1), (4, -0.05))]
   summary = results.summary_rows(rows)[0]
   assert np.isnan(summary["relative_drop"])
-  assert "| matthews_correlation | 0.0000 | -0.0500 | – |" in results.markdown(rows)
+  md = results.markdown(rows)
+  assert "| matthews_correlation | 0.0000 | -0.0500 | undefined (baseline <= 0) |" in md
+  assert "%" not in md.split("\n")[2]  # Never a percentage (100%, -150%) for it.
   rows[0]["score"] = 0.5
   assert results.summary_rows(rows)[0]["relative_drop"] == pytest.approx(
       uncertainty.relative_drop(0.5, -0.05)) == pytest.approx(1.1)
