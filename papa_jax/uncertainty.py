@@ -42,7 +42,7 @@ from typing import Mapping, Sequence
 import numpy as np
 import scipy.stats
 
-from papa_jax import metrics
+from papa_jax import metrics, significance
 
 # Rows of the [rows, N] count matrix built at once: bounds memory (16 MiB)
 # on large dev sets (QQP: 40k examples) without slowing small ones.
@@ -307,18 +307,23 @@ def compare(base_samples: np.ndarray, treat_samples: np.ndarray, base_point: flo
 
   Returns:
     dict(relative_drop, relative_drop_ci, abs_diff, abs_diff_ci,
-    undefined_resamples, within_noise). `within_noise` is whether the
-    relative drop's interval contains 0 (the absolute difference's when the
-    relative drop is undefined in some replicate).
+    undefined_resamples, p_value, within_noise). `within_noise` is whether
+    `relative_drop_ci` (the interval the report prints) contains 0, and
+    `p_value` is `significance.bootstrap_p_value` of the same replicates
+    (`p_value >= 1 - level` exactly when `within_noise`). A drop relative to a
+    baseline <= 0, on the data or in any replicate, is undefined: its
+    interval is NaN, `p_value` NaN and `within_noise` None, never True.
   """
   rel = relative_drop(base_samples, treat_samples)
   diff = np.asarray(base_samples) - np.asarray(treat_samples)
   rel_ci, diff_ci = percentile_interval(rel, level), percentile_interval(diff, level)
-  ci = rel_ci if np.all(np.isfinite(rel_ci)) else diff_ci
-  return dict(relative_drop=relative_drop(base_point, treat_point), relative_drop_ci=rel_ci,
+  point = relative_drop(base_point, treat_point)
+  defined = bool(np.isfinite(point) and np.all(np.isfinite(rel_ci)))
+  return dict(relative_drop=point, relative_drop_ci=rel_ci,
               abs_diff=float(base_point - treat_point), abs_diff_ci=diff_ci,
               undefined_resamples=int(np.sum(~np.isfinite(rel))),
-              within_noise=bool(ci[0] <= 0.0 <= ci[1]))
+              p_value=significance.bootstrap_p_value(rel) if defined else float("nan"),
+              within_noise=bool(rel_ci[0] <= 0.0 <= rel_ci[1]) if defined else None)
 
 
 def paired_bootstrap(task, labels: np.ndarray, baseline, treatment, *, n_boot: int = N_BOOT,
@@ -388,32 +393,3 @@ def curve(task, labels: np.ndarray, preds_by_k: Mapping[int, object], *, n_boot:
                             metric=metric)
   return [dict(k=int(k), **seed_summary(full), seeds=full.tolist(), ci=percentile_interval(
       seed_means(b, seed=seed, stream=int(k)), level)) for k, (full, b) in zip(ks, scored)]
-
-
-def correlation(x: Sequence[float], y: Sequence[float]) -> dict:
-  """Pearson and Spearman r with two-sided p-values (scipy.stats).
-
-  The p-values assume independent pairs; (model, task) pairs that share a
-  model or a task are not. NaN where undefined (n < 3, or a constant input).
-
-  Returns:
-    dict(n, pearson_r, pearson_p, spearman_r, spearman_p, note).
-  """
-  x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
-  ok = np.isfinite(x) & np.isfinite(y)
-  x, y = x[ok], y[ok]
-  n = int(len(x))
-  nan = float("nan")
-  out = dict(n=n, pearson_r=nan, pearson_p=nan, spearman_r=nan, spearman_p=nan, note="")
-  if n >= 3 and np.ptp(x) > 0 and np.ptp(y) > 0:
-    pr, sr = scipy.stats.pearsonr(x, y), scipy.stats.spearmanr(x, y)
-    out.update(pearson_r=float(pr[0]), pearson_p=float(pr[1]),
-               spearman_r=float(sr[0]), spearman_p=float(sr[1]))
-  notes = []
-  if n < 4:
-    notes.append(f"n = {n} pairs: too few for any correlation claim")
-  elif not (np.ptp(x) > 0 and np.ptp(y) > 0):
-    notes.append("a constant input: correlation undefined")
-  out["note"] = "; ".join(notes)
-  return out
-
