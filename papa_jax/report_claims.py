@@ -36,10 +36,10 @@ def constant_prediction(task, labels: np.ndarray) -> tuple[str, float, np.ndarra
   if task.kind == "regression":
     return None
   labels = np.asarray(labels)
-  best = None
+  best, context = None, uncertainty.tagging_context(task, labels)  # Gold chunked once.
   for k, name in enumerate(task.label_names):
     pred = np.where(labels == -100, -100, k) if task.kind == "tagging" else np.full_like(labels, k)
-    score = uncertainty.metric_score(task, labels, pred)
+    score = uncertainty.metric_score(task, labels, pred, context=context)
     if best is None or score > best[1]:
       best = (str(name), score, pred)
   return best

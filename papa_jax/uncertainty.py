@@ -85,7 +85,7 @@ def _stack(preds) -> np.ndarray:
   return out
 
 
-def _tagging_context(task, labels: np.ndarray) -> tuple[list, dict] | None:
+def tagging_context(task, labels: np.ndarray) -> tuple[list, dict] | None:
   """Gold entities per sentence, and a memo of chunked tag sequences.
 
   Chunking is the slow part (pure Python); most predicted sentences repeat
@@ -112,7 +112,7 @@ def _tagging_stats(task, pred: np.ndarray, labels: np.ndarray, context=None) -> 
   total = keep.sum(1)
   if "f1" not in task.metrics:
     return np.stack([correct, total], 1).astype(np.float64)
-  gold, memo, names = context or _tagging_context(task, labels)
+  gold, memo, names = context or tagging_context(task, labels)
   out = np.zeros((len(labels), 5), np.float64)
   for i, (p, k, et) in enumerate(zip(pred, keep, gold)):
     ep = _entities(names, p[k], memo)
@@ -126,7 +126,7 @@ def example_stats(task, labels: np.ndarray, pred: np.ndarray, metric: str | None
   """Per-example sufficient statistics of `metric`, `[N, K]` float64.
 
   Returns None for Pearson/Spearman, which have none (see module docstring).
-  `context`: `_tagging_context(task, labels)`, to share across seeds.
+  `context`: `tagging_context(task, labels)`, to share across seeds.
   """
   metric = _metric(task, metric)
   labels, pred = np.asarray(labels), np.asarray(pred)
@@ -197,10 +197,11 @@ def _rowwise_pearson(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return np.where(denom > 0, (x * y).sum(1) / denom, 0.0)
 
 
-def metric_score(task, labels: np.ndarray, pred: np.ndarray, metric: str | None = None) -> float:
+def metric_score(task, labels: np.ndarray, pred: np.ndarray, metric: str | None = None, *,
+                 context=None) -> float:
   """The metric on the full data through the bootstrap's code path (weights 1)."""
   metric = _metric(task, metric)
-  stats = example_stats(task, labels, pred, metric)
+  stats = example_stats(task, labels, pred, metric, context=context)
   if stats is None:  # Correlations: the pipeline's own scorer, to the last bit.
     return float(metrics.classification_scores(
         [metric], np.asarray(pred, np.float64), np.asarray(labels, np.float64))[metric])
@@ -242,7 +243,7 @@ def seed_scores_many(task, labels: np.ndarray, conditions: Sequence, *, n_boot: 
   n = len(labels)
   out = np.empty((n_boot, sum(sizes)), np.float64)
   row = 0
-  context = _tagging_context(task, labels)
+  context = tagging_context(task, labels)
   stats = [example_stats(task, labels, p, metric, context=context) for c in preds for p in c]
   if stats[0] is not None:
     full = aggregate(task, np.stack([s.sum(0) for s in stats]), metric)
