@@ -257,14 +257,16 @@ def _caveats(results: list[dict], averages: list[dict], corr: dict, multi: dict,
 
 def _count_intervals(results: list[dict], averages: list[dict], corr: dict,
                      controls: list[dict]) -> dict:
-  """How many intervals report.md prints, by table."""
+  """How many intervals report.md prints, by table (undefined ones are not intervals)."""
+  shown = lambda ci: ci is not None and all(map(math.isfinite, ci))
   return dict(
-      relative_drops=sum(s[w] is not None and s[w].get("relative_drop_ci") is not None
+      relative_drops=sum(s[w] is not None and shown(s[w].get("relative_drop_ci"))
                          for r in results for s in r["summary"] for w in ("all", "half")),
-      baseline_vs_constant=sum(bool(r["check"] and r["check"]["diff_ci"]) for r in results),
-      averages=sum(a["ci"] is not None for a in averages),
-      correlation=sum(c["ci"] is not None for c in corr.values()),
-      controls=sum(len(c["vs_random"]) + len(c["vs_uniform"]) for c in controls))
+      baseline_vs_constant=sum(bool(r["check"]) and shown(r["check"]["diff_ci"])
+                               for r in results),
+      averages=sum(shown(a["ci"]) for a in averages),
+      correlation=sum(shown(c["ci"]) for c in corr.values()),
+      controls=sum(shown(x["ci"]) for c in controls for x in c["vs_random"] + c["vs_uniform"]))
 
 
 def analyse(experiments: Sequence[Experiment], *, n_boot: int = uncertainty.N_BOOT,

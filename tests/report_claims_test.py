@@ -61,6 +61,8 @@ def test_undefined_drops_are_never_within_noise(tmp_path):
   row = _md_row(md, "| w | cola | raw |")
   assert "[undefined: baseline <= 0 in" in row[5] and "within noise" not in row[5]
   assert "0 of 1 relative drops in the main table" in md  # Only a/sst2 is counted.
+  assert "prints 5 95% intervals: 1 relative drops (main table), 1 per-model averages, 3 " \
+      "baseline − constant differences" in md  # The undefined drops are not intervals.
   assert "never counted as within noise) for: m/cola; w/cola." in md
   rows = list(csv.DictReader(open(paths["csv"])))
   assert {r["within_noise"] for r in rows if r["task"] == "cola" and r["static_heads"] != "0"} \
