@@ -211,7 +211,8 @@ def _caveats(results: list[dict], averages: list[dict], corr: dict, multi: dict,
   out.append(f"{len(noisy)} of {len(rows)} relative drops in the main table (informative "
              f"cells) have a {lv} interval containing 0 (within noise)"
              + (": " + "; ".join(noisy) if noisy else "") + f"; after Holm's adjustment over "
-             f"the {multi['n_tests']} tests (these drops and the per-model averages), "
+             f"the {multi['n_tests']} tests (these drops and the per-model averages over "
+             "several tasks), "
              f"{multi['within_noise_adjusted']} of {multi['n_tests']} are within noise.")
   flat = [a for a in averages if a["within_noise"]]
   if flat:

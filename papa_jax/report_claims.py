@@ -13,7 +13,7 @@ predictions cannot be checked and is left out too.
 
 Multiplicity. The relative drops of the main table (all and half the heads
 constant, informative cells, defined intervals) and the per-model average
-drops form one family; each has the bootstrap p-value dual to its printed
+drops over two or more tasks form one family; each has the bootstrap p-value dual to its printed
 interval (`significance.bootstrap_p_value`) and a Holm-adjusted p-value
 (`rank_agreement.holm`). The adjusted verdict is "within noise" when the
 adjusted p is >= 1 - level; it is never less cautious than the interval's.
@@ -120,10 +120,22 @@ def family(results: list[dict]) -> list[tuple[dict, dict]]:
 
 
 def adjust(results: list[dict], averages: list[dict], level: float) -> dict:
-  """Holm over the family; writes `holm_p` and `within_noise_adjusted` into its members."""
-  members = [c for _, c in family(results)] + [a for a in averages if _finite(a["p_value"])]
+  """Holm over the family; writes `holm_p` and `within_noise_adjusted` into its members.
+
+  An average over one task is that task's drop, the same test: it is not counted twice
+  and shows the drop's adjusted p-value.
+  """
+  drops = family(results)
+  members = [c for _, c in drops] + [a for a in averages
+                                     if _finite(a["p_value"]) and len(a["tasks"]) > 1]
   for c, p in zip(members, rank_agreement.holm([c["p_value"] for c in members])):
     c.update(holm_p=p, within_noise_adjusted=bool(p >= 1 - level))
+  by = {(r["model"], r["task"], s["variant"], w): s[w] for r in results if informative(r)
+        for s in r["summary"] for w in ("all", "half")}
+  for a in averages:
+    if _finite(a["p_value"]) and len(a["tasks"]) == 1:
+      c = by[(a["model"], a["tasks"][0], a["variant"], a["heads"])]
+      a.update(holm_p=c["holm_p"], within_noise_adjusted=c["within_noise_adjusted"])
   return dict(method="holm", level=level, n_tests=len(members),
               within_noise=sum(bool(c["within_noise"]) for c in members),
               within_noise_adjusted=sum(c["within_noise_adjusted"] for c in members))

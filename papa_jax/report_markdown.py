@@ -97,7 +97,8 @@ def _multiplicity(report: dict, lv: str) -> list[str]:
       f"{100 - 100 * st['level']:.0f}% of the intervals exclude 0 by chance, so with many "
       "intervals some \"findings\" are noise.",
       "", f"**Adjusted reading (Holm).** The drops of the main table in informative cells "
-      f"and the per-model averages form one family of {m['n_tests']} tests. Each has the "
+      "and the per-model averages over two or more tasks (an average over one task is that "
+      f"task's drop) form one family of {m['n_tests']} tests. Each has the "
       "two-sided bootstrap p-value that inverts its printed interval (the smallest alpha at "
       "which the (1 − alpha) percentile interval excludes 0; p < "
       f"{alpha} exactly when the {lv} interval excludes 0), and the *Holm* column gives it "

@@ -129,7 +129,7 @@ def test_markdown_rows(written):
                "| tiny | ner | f1 | 4 | 50 | 0, 1 | B-PER: 0.1000 | +0.8444 [",
                "| tiny | sst2 | accuracy | 10 | 100 | 0, 1 | negative: 0.5000 | +0.4000 [",
                "report.md prints 9 95% intervals: 4 relative drops (main table), 3 per-model "
-               "averages, 2 baseline − constant differences", "one family of 7 tests",
+               "averages, 2 baseline − constant differences", "one family of 5 tests",
                "As few as 2 seeds", "Some conditions have one seed", "held fixed"):
     assert text in md, text
 
