@@ -188,7 +188,7 @@ FIELDS: dict[str, Field | Group] = dict(
                  "FFN once per token; needs a float32 model, else skipped with a warning."),
     )),
     report=G("The report's intervals (stage=report, suite).", dict(
-        n_boot=F(1000, "Bootstrap resamples (over dev examples and probe seeds); >= 100."),
+        n_boot=F(10_000, "Bootstrap resamples (over dev examples and probe seeds); >= 100."),
         seed=F(0, "Seed of the bootstrap resamples."),
         level=F(0.95, "Interval coverage, in (0.5, 1)."),
     )),

@@ -11,7 +11,9 @@ so all models on a task are resampled on the same examples (model
 comparisons within a task are paired) and tasks are independent. Seed
 streams: 0 for the baseline, `condition_stream(variant, k)` otherwise;
 `uncertainty.paired_bootstrap(..., seed=task_seed(...), streams=(0,
-condition_stream(...)))` reproduces any interval of the report.
+condition_stream(...)))` reproduces any interval of the report. Which cells
+enter the claims (informative ones), the Holm-adjusted reading and the rank
+correlation: `papa_jax/report_claims.py`.
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ from typing import Sequence
 
 import numpy as np
 
-from papa_jax import report_controls, report_figures, storage, uncertainty, workdir
+from papa_jax import (rank_agreement, report_claims, report_controls, report_figures,
+                      storage, uncertainty, workdir)
 from papa_jax.data.tasks import Task
 from papa_jax.report_markdown import csv_rows, fraction_label, jsonable, markdown
 
@@ -38,7 +41,8 @@ PAPER_CLAIMS = (
 )
 CSV_FIELDS = ("model", "task", "metric", "variant", "static_heads", "total_heads", "fraction",
               "mean", "std", "n_seeds", "score_ci_lo", "score_ci_hi", "relative_drop",
-              "relative_drop_ci_lo", "relative_drop_ci_hi", "within_noise", "source")
+              "relative_drop_ci_lo", "relative_drop_ci_hi", "within_noise", "p_value", "holm_p",
+              "within_noise_adjusted", "in_claims", "source")
 
 
 @dataclasses.dataclass
@@ -98,7 +102,8 @@ def _seeds_of(exp: Experiment) -> tuple:
 
 
 def _analyse(exp: Experiment, n_boot: int, seed: int, level: float) -> tuple[dict, dict]:
-  """Per-condition scores and drops of one experiment, and its drop replicates."""
+  """Per-condition scores and drops of one experiment, and its baseline and drop
+  replicates: dict(baseline=[B] or None, drops={condition: [B]})."""
   task, metric = exp.task, exp.task.headline_metric
   keys = sorted((c for c in set(exp.predictions) | set(exp.scores) if "/" not in c[0]),
                 key=lambda c: (c[1], c[0] != "raw", c[0]))  # Other orderings: report_controls.
@@ -108,9 +113,13 @@ def _analyse(exp: Experiment, n_boot: int, seed: int, level: float) -> tuple[dic
   keys = [c for c in keys if c[1] > 0 or c == base_key]
   rng_seed = task_seed(seed, task.name)
   boot_keys = [c for c in keys if exp.labels is not None and exp.predictions.get(c)]
-  scored = dict(zip(boot_keys, uncertainty.seed_scores_many(
-      task, exp.labels, [exp.predictions[c] for c in boot_keys], n_boot=n_boot, seed=rng_seed,
-      metric=metric))) if boot_keys else {}
+  constant = (report_claims.constant_prediction(task, exp.labels)
+              if base_key in boot_keys else None)
+  extra = [[constant[2]]] if constant is not None else []  # Paired with the baseline.
+  scored = dict(zip(boot_keys + ["constant"] * len(extra), uncertainty.seed_scores_many(
+      task, exp.labels, [exp.predictions[c] for c in boot_keys] + extra, n_boot=n_boot,
+      seed=rng_seed, metric=metric))) if boot_keys else {}
+  constant_reps = scored.pop("constant")[1][:, 0] if extra else None
   conds, reps = {}, {}
   for c in keys:
     if c in scored:
@@ -142,18 +151,21 @@ def _analyse(exp: Experiment, n_boot: int, seed: int, level: float) -> tuple[dic
     else:
       row.update(relative_drop=uncertainty.relative_drop(base, row["mean"]),
                  relative_drop_ci=None, abs_diff=base - row["mean"], abs_diff_ci=None,
-                 within_noise=None)
+                 p_value=None, within_noise=None)
+    row.update(holm_p=None, within_noise_adjusted=None)  # Set by report_claims.adjust.
   n = len(exp.labels) if exp.labels is not None else exp.eval_examples
   if exp.labels is not None and exp.eval_examples not in (None, len(exp.labels)):
     warnings.append(f"{exp.model}/{task.name}: eval_examples={exp.eval_examples} but "
                     f"{len(exp.labels)} labels; the labels are used.")
+  check = None if base_key is None else report_claims.baseline_check(
+      conds[base_key]["mean"], reps.get(base_key), constant, constant_reps, level)
   out = dict(model=exp.model, task=task.name, metric=metric, kind=task.kind, n_examples=n,
              train_examples=exp.train_examples, eval_examples=exp.eval_examples,
              seeds=list(_seeds_of(exp)), total_heads=exp.total_heads, rng_seed=rng_seed,
              baseline=None if base_key is None else dict(conds[base_key], variant="raw"),
-             conditions=list(conds.values()), warnings=warnings)
+             conditions=list(conds.values()), check=check, warnings=warnings)
   out["summary"] = _summary(out, exp.total_heads)
-  return out, drops
+  return out, dict(baseline=reps.get(base_key), drops=drops)
 
 
 def _summary(exp: dict, total: int) -> list[dict]:
@@ -168,71 +180,40 @@ def _variants(names) -> list[str]:
   return sorted(set(names), key=lambda v: (v != "raw", v))
 
 
-def _finite(x) -> bool:
-  return x is not None and math.isfinite(x)
-
-
-def _model_averages(results: list[dict], drops: list[dict], level: float) -> list[dict]:
-  """Per model, variant and (all, half): relative drop averaged over tasks."""
-  out = []
-  for model in dict.fromkeys(r["model"] for r in results):
-    mine = [(r, d) for r, d in zip(results, drops) if r["model"] == model]
-    for v in _variants(s["variant"] for r, _ in mine for s in r["summary"]):
-      for which in ("all", "half"):
-        rows = [(r["task"], s[which]["relative_drop"], d.get((v, s[which]["static_heads"])))
-                for r, d in mine for s in r["summary"]
-                if s["variant"] == v and s[which] and _finite(s[which].get("relative_drop"))]
-        if not rows:
-          continue
-        ci = within = None
-        if all(d is not None and np.all(np.isfinite(d)) for _, _, d in rows):
-          ci = uncertainty.percentile_interval(np.mean([d for _, _, d in rows], 0), level)
-          within = bool(ci[0] <= 0.0 <= ci[1])
-        out.append(dict(model=model, variant=v, heads=which, tasks=[t for t, _, _ in rows],
-                        mean_relative_drop=float(np.mean([x for _, x, _ in rows])), ci=ci,
-                        within_noise=within))
-  return out
-
-
-def _correlations(results: list[dict]) -> dict:
-  """Baseline score vs relative drop (all heads) across (model, task) pairs."""
-  out = {}
-  for v in _variants(s["variant"] for r in results for s in r["summary"]):
-    pairs = [dict(model=r["model"], task=r["task"], metric=r["metric"],
-                  baseline=r["baseline"]["mean"], relative_drop=s["all"]["relative_drop"],
-                  relative_drop_ci=s["all"].get("relative_drop_ci"))
-             for r in results for s in r["summary"]
-             if s["variant"] == v and r["baseline"] and s["all"] and "relative_drop" in s["all"]]
-    out[v] = dict(uncertainty.correlation([p["baseline"] for p in pairs],
-                                          [p["relative_drop"] for p in pairs]), pairs=pairs)
-  return out
-
-
-def _caveats(results: list[dict], averages: list[dict], corr: dict, level: float) -> list[str]:
+def _caveats(results: list[dict], averages: list[dict], corr: dict, multi: dict,
+             level: float) -> list[str]:
   """What the tables do not show, derived from the numbers."""
-  out = []
+  out, lv = [], f"{100 * level:.0f}%"
+  left = [f"{r['model']}/{r['task']} ({r['check']['reason']})" for r in results
+          if r["check"] and not report_claims.informative(r)]
+  if left:
+    out.append("Left out of every claim (per-model averages, the comparison with the "
+               "paper's 8%, the correlation, the counts below) as uninformative (the baseline "
+               "probe is not clearly above the best constant prediction) or not checked: "
+               + "; ".join(left) + ".")
   c = corr.get("raw")
   if c is not None:
-    if c["n"] < 4:
-      out.append(f"Only {c['n']} (model, task) pairs: too few for any claim about whether "
-                 "better models lose more.")
-    elif not (c["pearson_p"] < 0.05 or c["spearman_p"] < 0.05):
-      out.append(f"Baseline vs drop: Pearson p = {c['pearson_p']:.2g}, Spearman p = "
-                 f"{c['spearman_p']:.2g} (n = {c['n']}): no evidence at the 5% level that "
-                 "better models lose more.")
-    if c["n"] >= 3:
-      out.append("The correlation's p-values treat (model, task) pairs as independent; pairs "
-                 "share models and tasks, so the p-values overstate the evidence.")
-    if len({p["task"] for p in c["pairs"]}) > 1:
+    if c["verdict"] == "not tested":
+      out.append(f"Better models lose more? Not tested: n = {c['n']} informative (model, "
+                 f"task) pairs < {c['n_min']}.")
+    if c["verdict"] != "not tested" and len({p["task"] for p in c["pairs"]}) > 1:
       out.append("The correlation pools tasks (" + ", ".join(sorted(
           {p["metric"] for p in c["pairs"]})) + "): differences in scale and difficulty "
                  "between tasks can produce it on their own; better models should be "
                  "compared within a task.")
-  rows = [(r, x) for r in results for x in r["conditions"] if x.get("relative_drop_ci")]
+    if c["n"] >= c["n_min"]:
+      out.append("The correlation's interval resamples dev examples and seeds within each "
+                 "cell, not the (model, task) pairs: it is conditional on these models and "
+                 "tasks and does not say the ranking would hold for others.")
+  rows = report_claims.family(results)
   noisy = [f"{r['model']}/{r['task']} {x['variant']} {x['fraction_label']}" for r, x in rows
            if x["within_noise"]]
-  out.append(f"{len(noisy)} of {len(rows)} relative drops have a {100 * level:.0f}% interval "
-             "containing 0 (within noise)" + (": " + "; ".join(noisy) if noisy else "") + ".")
+  out.append(f"{len(noisy)} of {len(rows)} relative drops in the main table (informative "
+             f"cells) have a {lv} interval containing 0 (within noise)"
+             + (": " + "; ".join(noisy) if noisy else "") + f"; after Holm's adjustment over "
+             f"the {multi['n_tests']} tests (these drops and the per-model averages over "
+             "several tasks), "
+             f"{multi['within_noise_adjusted']} of {multi['n_tests']} are within noise.")
   flat = [a for a in averages if a["within_noise"]]
   if flat:
     out.append("Per-model average drops within noise: " + "; ".join(
@@ -255,10 +236,15 @@ def _caveats(results: list[dict], averages: list[dict], corr: dict, level: float
             for x in r["conditions"] if x["source"] == "logged"]
   if logged:
     out.append("No predictions, so no interval, for: " + "; ".join(logged) + ".")
-  undefined = [f"{r['model']}/{r['task']}" for r in results
-               if r["baseline"] and not r["baseline"]["mean"] > 0]
+  undefined = sorted({f"{r['model']}/{r['task']}" for r in results for x in r["conditions"]
+                      if "relative_drop" in x and x["within_noise"] is None
+                      and x.get("relative_drop_ci") is not None})
+  undefined += [f"{r['model']}/{r['task']}" for r in results
+                if r["baseline"] and not r["baseline"]["mean"] > 0 and
+                f"{r['model']}/{r['task']}" not in undefined]
   if undefined:
-    out.append("Relative drop undefined (baseline <= 0) for: " + "; ".join(undefined) + ".")
+    out.append("Relative drop undefined (baseline <= 0, on the dev set or in some resamples; "
+               "never counted as within noise) for: " + "; ".join(undefined) + ".")
   missing = [f"{r['model']}/{r['task']} {s['variant']} {w} heads" for r in results
              for s in r["summary"] for w in ("all", "half") if s[w] is None]
   missing += [f"{r['model']}/{r['task']} baseline" for r in results if r["baseline"] is None]
@@ -270,8 +256,22 @@ def _caveats(results: list[dict], averages: list[dict], corr: dict, level: float
   return out
 
 
-def analyse(experiments: Sequence[Experiment], *, n_boot: int = 1000, seed: int = 0,
-            level: float = 0.95) -> dict:
+def _count_intervals(results: list[dict], averages: list[dict], corr: dict,
+                     controls: list[dict]) -> dict:
+  """How many intervals report.md prints, by table (undefined ones are not intervals)."""
+  shown = lambda ci: ci is not None and all(map(math.isfinite, ci))
+  return dict(
+      relative_drops=sum(s[w] is not None and shown(s[w].get("relative_drop_ci"))
+                         for r in results for s in r["summary"] for w in ("all", "half")),
+      baseline_vs_constant=sum(bool(r["check"]) and shown(r["check"]["diff_ci"])
+                               for r in results),
+      averages=sum(shown(a["ci"]) for a in averages),
+      correlation=sum(shown(c["ci"]) for c in corr.values()),
+      controls=sum(shown(x["ci"]) for c in controls for x in c["vs_random"] + c["vs_uniform"]))
+
+
+def analyse(experiments: Sequence[Experiment], *, n_boot: int = uncertainty.N_BOOT,
+            seed: int = 0, level: float = 0.95) -> dict:
   """Everything in the report, JSON-ready (NaN where undefined)."""
   names = [(e.model, e.task.name) for e in experiments]
   if len(set(names)) != len(names):
@@ -279,9 +279,18 @@ def analyse(experiments: Sequence[Experiment], *, n_boot: int = 1000, seed: int 
   done = [_analyse(e, n_boot, seed, level) for e in experiments]
   controls = [c for e in experiments for c in [report_controls.analyse(
       e, rng_seed=task_seed(seed, e.task.name), n_boot=n_boot, level=level)] if c is not None]
-  results, drops = [r for r, _ in done], [d for _, d in done]
-  averages = _model_averages(results, drops, level)
-  corr = _correlations(results)
+  results, reps = [r for r, _ in done], [d for _, d in done]
+  averages = report_claims.model_averages(results, reps, level)
+  multi = report_claims.adjust(results, averages, level)
+  rows = [x for c in controls for x in c["vs_random"] + c["vs_uniform"]]
+  held = rank_agreement.holm([x["p_value"] if math.isfinite(x["p_value"]) else None
+                              for x in rows])
+  for x, p in zip(rows, held):  # A second Holm family: the control comparisons.
+    x.update(holm_p=p, verdict_adjusted="undefined" if p is None else
+             x["verdict"] if p < 1 - level else "within noise")
+  corr = report_claims.correlations(results, reps, level)
+  multi.update(intervals=_count_intervals(results, averages, corr, controls),
+               n_control_tests=len(rows))
   return dict(
       settings=dict(n_boot=n_boot, level=level, method="percentile", seed=seed,
                     resampling="paired bootstrap: dev examples (sentences for tagging) with "
@@ -289,7 +298,8 @@ def analyse(experiments: Sequence[Experiment], *, n_boot: int = 1000, seed: int 
                     "replacement, independently per condition; metric recomputed per "
                     "resample, averaged over the drawn seeds"),
       paper_claims=list(PAPER_CLAIMS), experiments=results, model_averages=averages,
-      correlation=corr, controls=controls, caveats=_caveats(results, averages, corr, level),
+      correlation=corr, controls=controls, multiplicity=multi,
+      caveats=_caveats(results, averages, corr, multi, level),
       warnings=[w for r in results for w in r["warnings"]])
 
 
@@ -297,8 +307,9 @@ def _slug(*parts: str) -> str:
   return "_".join(re.sub(r"[^A-Za-z0-9.-]+", "-", p).strip("-") for p in parts)
 
 
-def write_report(experiments: Sequence[Experiment], out_dir: str, *, n_boot: int = 1000,
-                 seed: int = 0, level: float = 0.95) -> dict[str, str]:
+def write_report(experiments: Sequence[Experiment], out_dir: str, *,
+                 n_boot: int = uncertainty.N_BOOT, seed: int = 0,
+                 level: float = 0.95) -> dict[str, str]:
   """Writes report.md/.json/.csv and the figures under `out_dir`; returns their paths.
 
   Keys: "md", "json", "csv", "curves", "scatter", and "means/<model>/<task>",

@@ -25,7 +25,7 @@ import zlib
 import numpy as np
 import scipy.stats
 
-from papa_jax import uncertainty
+from papa_jax import significance, uncertainty
 from papa_jax.report_markdown import fraction_label
 
 RANDOM = "random"
@@ -74,7 +74,8 @@ def _verdict(ci, better: str, worse: str) -> str:
   return "within noise"
 
 
-def analyse(exp, *, rng_seed: int, n_boot: int = 1000, level: float = 0.95) -> dict | None:
+def analyse(exp, *, rng_seed: int, n_boot: int = uncertainty.N_BOOT,
+            level: float = 0.95) -> dict | None:
   """The controls of one `report.Experiment` (None when it ran none)."""
   task, labels, total = exp.task, exp.labels, exp.total_heads
   metric = task.headline_metric
@@ -122,7 +123,7 @@ def analyse(exp, *, rng_seed: int, n_boot: int = 1000, level: float = 0.95) -> d
     ci = uncertainty.percentile_interval(diff, level)
     point = float(scored[a][0].mean() - scored[b][0].mean())
     return dict(tags, diff=point, ci=ci, within_noise=bool(ci[0] <= 0 <= ci[1]),
-                verdict=_verdict(ci, better, worse))
+                p_value=significance.bootstrap_p_value(diff), verdict=_verdict(ci, better, worse))
 
   interior = [k for k in ks if 0 < k < total]
   vs_random = [compare(get("raw", o, k), get("raw", RANDOM, k), o, RANDOM, ordering=o,

@@ -75,9 +75,10 @@ def curves(report: dict, path: str) -> None:
 
 
 def scatter(report: dict, path: str, variant: str = "raw") -> None:
-  """Baseline score vs relative drop (all heads constant), one point per (model, task)."""
+  """Baseline score vs relative drop (all heads constant), one point per informative
+  (model, task) cell (the pairs of the rank correlation)."""
   plt = pyplot()
-  corr = report["correlation"].get(variant) or dict(n=0, pairs=[], note="no pairs")
+  corr = report["correlation"].get(variant) or dict(n=0, pairs=[], rho=None, note="no pairs")
   fig, ax = plt.subplots(figsize=(6.2, 4.6), dpi=110)
   tasks = list(dict.fromkeys(p["task"] for p in corr["pairs"]))
   models = list(dict.fromkeys(p["model"] for p in corr["pairs"]))
@@ -97,11 +98,9 @@ def scatter(report: dict, path: str, variant: str = "raw") -> None:
   ax.axhline(0, color="gray", lw=0.8, ls=":")
   ax.set_xlabel("baseline score (input-dependent attention)", fontsize=8)
   ax.set_ylabel("relative drop, all heads constant (%)", fontsize=8)
-  def fmt(name):
-    r, p = corr.get(f"{name}_r", math.nan), corr.get(f"{name}_p", math.nan)
-    return "–" if not math.isfinite(r) else f"{r:.2f} (p={p:.2g})"
-  title = (f"Better models lose more? n = {corr['n']}: Pearson r = {fmt('pearson')}, "
-           f"Spearman r = {fmt('spearman')}")
+  rho = "–" if corr.get("rho") is None else (
+      f"{corr['rho']:.2f} [{corr['ci'][0]:.2f}, {corr['ci'][1]:.2f}] ({corr['verdict']})")
+  title = f"Better models lose more? Spearman rho = {rho}, n = {corr['n']} informative pairs"
   if corr.get("note"):
     title += f"\n{corr['note']}"
   ax.set_title(title, fontsize=8)

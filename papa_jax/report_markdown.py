@@ -8,6 +8,7 @@ import os
 import numpy as np
 
 from papa_jax.papa.schedule import PAPER_FRACTIONS
+from papa_jax.significance import N_MIN_PAIRS, format_p
 
 
 def fraction_label(k: int, total: int) -> str:
@@ -42,16 +43,78 @@ def _score(c: dict | None) -> str:
   return "–" if c is None else f"{_num(c['mean'])} ± {_num(c['std'])}"
 
 
-def _drop(c: dict | None) -> str:
+def _drop(c: dict | None, n_boot: int = 0) -> str:
+  """A relative drop with its interval; the verdict is the printed interval's."""
   if c is None or "relative_drop" not in c:
     return "–"
   if not math.isfinite(c["relative_drop"]):
     return "undefined (baseline <= 0)"
   ci = c.get("relative_drop_ci")
   text = _num(c["relative_drop"], pct=True)
+  if ci is not None and not all(map(math.isfinite, ci)):
+    return text + (f" [undefined: baseline <= 0 in {c.get('undefined_resamples')} of "
+                   f"{n_boot} resamples]")
   if ci is not None:
     text += f" [{_num(ci[0], True)}, {_num(ci[1], True)}]"
-  return text + (" (within noise)" if c.get("within_noise") else "")
+  return text + (" (within noise)" if c.get("within_noise") is True else "")
+
+
+def _holm(c: dict | None, r: dict, n_boot: int) -> str:
+  """The adjusted reading beside a drop: Holm's p, and "(within noise)" by it."""
+  if c is None or "relative_drop" not in c:
+    return "–"
+  if r.get("check") and not r["check"]["informative"]:
+    return "uninformative" if r["check"]["informative"] is False else "not checked"
+  if c.get("holm_p") is None:
+    return "undefined" if c.get("relative_drop_ci") is not None else "–"
+  return format_p(c["holm_p"], n_boot) + (" (within noise)" if c["within_noise_adjusted"]
+                                          else "")
+
+
+def _check(r: dict) -> list[str]:
+  """First-table cells: best constant prediction, baseline − it, in the claims or not."""
+  c = r.get("check")
+  if c is None:
+    return ["–", "–", "no: no baseline"]
+  if c["constant"] is None:
+    return ["–", "–", "no: not checked"]
+  ci = "" if not c["diff_ci"] else f" [{c['diff_ci'][0]:+.4f}, {c['diff_ci'][1]:+.4f}]"
+  verdict = {True: "yes", False: "no: *uninformative*", None: "no: not checked"}
+  return [f"{c['constant']}: {_num(c['constant_score'])}", f"{c['diff']:+.4f}{ci}",
+          verdict[c["informative"]]]
+
+
+def _multiplicity(report: dict, lv: str) -> list[str]:
+  st, m = report["settings"], report["multiplicity"]
+  n = m["intervals"]
+  alpha = f"{1 - st['level']:.2g}"
+  return [
+      f"**How many intervals.** report.md prints {sum(n.values())} {lv} intervals: "
+      f"{n['relative_drops']} relative drops (main table), {n['averages']} per-model "
+      f"averages, {n['baseline_vs_constant']} baseline − constant differences, "
+      f"{n['correlation']} rank correlations and {n['controls']} control differences. Each "
+      f"is a per-interval statement: of many drops that are truly 0, about "
+      f"{100 - 100 * st['level']:.0f}% of the intervals exclude 0 by chance, so with many "
+      "intervals some \"findings\" are noise.",
+      "", f"**Adjusted reading (Holm).** The drops of the main table in informative cells "
+      "and the per-model averages over two or more tasks (an average over one task is that "
+      f"task's drop) form one family of {m['n_tests']} tests. Each has the "
+      "two-sided bootstrap p-value that inverts its printed interval (the smallest alpha at "
+      "which the (1 − alpha) percentile interval excludes 0; p < "
+      f"{alpha} exactly when the {lv} interval excludes 0), and the *Holm* column gives it "
+      "after Holm's step-down adjustment, which keeps the chance of any false finding in "
+      f"the family below {alpha} whatever the dependence between the tests; \"(within "
+      f"noise)\" there marks an adjusted p >= {alpha}. {m['within_noise']} of the "
+      f"{m['n_tests']} are within noise per interval, {m['within_noise_adjusted']} after "
+      "adjustment." + (f" The {m['n_control_tests']} control comparisons are a second Holm "
+                       "family." if m["n_control_tests"] else "")
+      + f" \"< {1 / max(st['n_boot'] - 1, 1):.1g}\": every replicate on one side of 0.", "",
+      "**Informative cells.** A cell enters the claims (averages, the paper's 8%, the "
+      f"correlation, the counts) only if the {lv} interval of baseline − best constant "
+      "prediction (majority class or tag; the positive class for F1; 0 for MCC and "
+      "correlations), resampled on the same dev examples, lies above 0. Other cells are "
+      "marked *uninformative* and tabled but never counted. A relative drop whose baseline "
+      "is <= 0 on the dev set or in any resample is *undefined*, never within noise."]
 
 
 def markdown(report: dict, figures: dict[str, str] | None = None) -> str:
@@ -70,22 +133,32 @@ def markdown(report: dict, figures: dict[str, str] | None = None) -> str:
       "interval in brackets; \"(within noise)\" marks an interval that contains 0: such a "
       "drop is not a finding. *N*: dev examples (sentences for tagging). \"–\": not run.", "",
       f"**Intervals.** {st['resampling']}; B = {st['n_boot']} replicates, {st['method']} "
-      f"{lv} intervals, RNG seed {st['seed']} (per-task seeds in report.json).", "",
-      "| model | task | metric | N | train examples | seeds |", "|---|---|---|---|---|---|"]
+      f"{lv} intervals, RNG seed {st['seed']} (per-task seeds in report.json).", ""]
+  lines += _multiplicity(report, lv)
+  nb = st["n_boot"]
+  lines += ["", "| model | task | metric | N | train examples | seeds | best constant "
+            f"prediction | baseline − constant [{lv}] | in the claims |",
+            "|---|---|---|---|---|---|---|---|---|"]
   for r in exps:
     lines.append(f"| {r['model']} | {r['task']} | {r['metric']} | {r['n_examples'] or '–'} | "
-                 f"{r['train_examples'] or '–'} | {', '.join(map(str, r['seeds'])) or '–'} |")
+                 f"{r['train_examples'] or '–'} | {', '.join(map(str, r['seeds'])) or '–'} | "
+                 + " | ".join(_check(r)) + " |")
   lines += ["", "## The paper's reference claims", "",
             "What Hassid et al. (Findings of EMNLP 2022) report, to compare the tables with "
             "(no verdict is implied here):", ""] + [f"- {c}" for c in report["paper_claims"]]
   lines += ["", "## Baseline, all heads and half heads constant", "",
             "| model | task | constant attention | baseline | all heads | relative drop "
-            f"[{lv}] | half heads | relative drop [{lv}] |", "|---|---|---|---|---|---|---|---|"]
+            f"[{lv}] | Holm p | half heads | relative drop [{lv}] | Holm p |",
+            "|---|---|---|---|---|---|---|---|---|---|"]
   for r in exps:
     for s in r["summary"]:
       lines.append(f"| {r['model']} | {r['task']} | {s['variant']} | {_score(r['baseline'])} | "
-                   f"{_score(s['all'])} | {_drop(s['all'])} | {_score(s['half'])} | "
-                   f"{_drop(s['half'])} |")
+                   f"{_score(s['all'])} | {_drop(s['all'], nb)} | {_holm(s['all'], r, nb)} | "
+                   f"{_score(s['half'])} | {_drop(s['half'], nb)} | {_holm(s['half'], r, nb)} |")
+  left = [f"{r['model']}/{r['task']}" for r in exps if r["check"] and not r["check"]["informative"]]
+  if left:
+    lines += ["", "Left out of every claim (uninformative or not checked; see the first "
+              "table and the last section): " + ", ".join(left) + "."]
   fracs = {c["fraction_label"]: c["fraction"] for r in exps for c in r["conditions"]}
   labels = sorted(fracs, key=fracs.get)
   lines += ["", "## Score at each fraction of constant heads (mean ± std over seeds)", "",
@@ -98,24 +171,35 @@ def markdown(report: dict, figures: dict[str, str] | None = None) -> str:
       lines.append(f"| {r['model']} | {r['task']} | {s['variant']} | "
                    + " | ".join(_score(by.get(lb)) for lb in labels) + " |")
   lines += ["", "## Average relative drop per model", "",
-            "Averaged over the model's tasks; the interval averages the per-replicate drops "
-            "over tasks (tasks resampled independently).", "",
-            f"| model | constant attention | heads | tasks | mean relative drop [{lv}] |",
-            "|---|---|---|---|---|"]
+            "Averaged over the model's informative tasks; the interval averages the "
+            "per-replicate drops over tasks (tasks resampled independently). *vs the paper*: "
+            "where the paper's 8% (all heads constant) lies against the interval.", "",
+            f"| model | constant attention | heads | tasks | mean relative drop [{lv}] | Holm p "
+            "| vs the paper's 8% |", "|---|---|---|---|---|---|---|"]
   for a in report["model_averages"]:
     ci = "" if a["ci"] is None else f" [{_num(a['ci'][0], True)}, {_num(a['ci'][1], True)}]"
+    holm = "–" if a.get("holm_p") is None else format_p(a["holm_p"], nb) + (
+        " (within noise)" if a["within_noise_adjusted"] else "")
     lines.append(f"| {a['model']} | {a['variant']} | {a['heads']} | {len(a['tasks'])} | "
                  f"{_num(a['mean_relative_drop'], True)}{ci}"
-                 f"{' (within noise)' if a['within_noise'] else ''} |")
+                 f"{' (within noise)' if a['within_noise'] else ''} | {holm} | "
+                 f"{a['vs_paper'] or '–'} |")
   lines += ["", "## Do better models lose more?", "",
-            "Baseline score against relative drop (all heads constant), across (model, task) "
-            "pairs:", "", "| constant attention | n | Pearson r (p) | Spearman r (p) | note |",
+            "Spearman's rho of baseline score against relative drop (all heads constant) over "
+            f"the informative (model, task) pairs, with a {lv} percentile interval over the "
+            "report's replicates (each cell's baseline and drop on the same resample of its "
+            "dev examples and probe seeds; the pairs themselves are not resampled, so the "
+            "interval is conditional on these models and tasks). Not tested below "
+            f"{N_MIN_PAIRS} pairs. *positive*: better models lose more; *negative*: they lose "
+            "less.", "",
+            f"| constant attention | n | Spearman rho [{lv}] | verdict | left out |",
             "|---|---|---|---|---|"]
   for v, c in report["correlation"].items():
-    fmt = lambda r, p: "–" if not math.isfinite(r) else f"{r:.2f} ({p:.2g})"
-    lines.append(f"| {v} | {c['n']} | {fmt(c['pearson_r'], c['pearson_p'])} | "
-                 f"{fmt(c['spearman_r'], c['spearman_p'])} | {c['note'] or ''} |")
-  lines += _controls(report.get("controls", []), lv)
+    rho = "–" if c["rho"] is None else f"{_num(c['rho'])} [{_num(c['ci'][0])}, " \
+        f"{_num(c['ci'][1])}]"
+    verdict = c["note"] if c["verdict"] == "not tested" else c["verdict"]
+    lines.append(f"| {v} | {c['n']} | {rho} | {verdict} | {'; '.join(c['left_out']) or '–'} |")
+  lines += _controls(report.get("controls", []), lv, nb)
   lines += ["", "## What these numbers do not show", ""] + [f"- {c}" for c in report["caveats"]]
   if report["warnings"]:
     lines += ["", "## Warnings", ""] + [f"- {w}" for w in report["warnings"]]
@@ -125,11 +209,16 @@ def markdown(report: dict, figures: dict[str, str] | None = None) -> str:
   return "\n".join(lines) + "\n"
 
 
+def _holm_control(x: dict, n_boot: int) -> str:
+  p = x.get("holm_p")
+  return "–" if p is None else f"{format_p(p, n_boot)} ({x['verdict_adjusted']})"
+
+
 def _ci(x: dict) -> str:
   return f"{x['diff']:+.4f} [{x['ci'][0]:+.4f}, {x['ci'][1]:+.4f}] ({x['verdict']})"
 
 
-def _controls(controls: list[dict], lv: str) -> list[str]:
+def _controls(controls: list[dict], lv: str, nb: int) -> list[str]:
   """The controls section: other orderings against random, constants against uniform."""
   if not controls:
     return []
@@ -138,7 +227,8 @@ def _controls(controls: list[dict], lv: str) -> list[str]:
            f"every seeded random ordering's draws and probe seeds (the null curve; *draw std*: "
            "the spread of the per-draw means). Differences are score(row) − score(random) or "
            f"score(constant) − score(uniform), with their paired {lv} intervals; \"within "
-           "noise\" means the interval contains 0."]
+           "noise\" means the interval contains 0. *Holm*: the adjusted p-value and verdict "
+           "over every control comparison of this report (the sentences use the intervals)."]
   for c in controls:
     fracs = sorted({(x["fraction"], x["fraction_label"]) for x in c["curves"]})
     labels = [lb for _, lb in fracs]
@@ -154,9 +244,10 @@ def _controls(controls: list[dict], lv: str) -> list[str]:
     for title, rows, col in (("against random", c["vs_random"], "ordering"),
                              ("against uniform (PAPA's ordering)", c["vs_uniform"], "variant")):
       if rows:
-        lines += ["", f"Differences {title}:", "", f"| {col} | fraction | difference [{lv}] |",
-                  "|---|---|---|"] + [f"| {x[col]} | {x['fraction_label']} | {_ci(x)} |"
-                                      for x in rows]
+        lines += ["", f"Differences {title}:", "",
+                  f"| {col} | fraction | difference [{lv}] | Holm p (verdict) |",
+                  "|---|---|---|---|"] + [f"| {x[col]} | {x['fraction_label']} | {_ci(x)} | "
+                                          f"{_holm_control(x, nb)} |" for x in rows]
     if c["spearman"]:
       lines += ["", "Spearman correlation of the head orders (p-value), over "
                 f"{c['spearman'][0]['heads']} heads:", "", "| ordering | ordering | rho (p) |",
@@ -177,6 +268,9 @@ def csv_rows(report: dict) -> list[dict]:
                        std=c["std"], n_seeds=c["n"], score_ci_lo=sci[0], score_ci_hi=sci[1],
                        relative_drop=c.get("relative_drop"), relative_drop_ci_lo=ci[0],
                        relative_drop_ci_hi=ci[1], within_noise=c.get("within_noise"),
+                       p_value=c.get("p_value"), holm_p=c.get("holm_p"),
+                       within_noise_adjusted=c.get("within_noise_adjusted"),
+                       in_claims=bool(r["check"] and r["check"]["informative"]),
                        source=c["source"]))
   return [{k: "" if v is None or (isinstance(v, float) and not math.isfinite(v)) else v
            for k, v in row.items()} for row in rows]

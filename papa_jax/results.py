@@ -92,6 +92,13 @@ def _fmt(v, std=None, pct=False) -> str:
   return f"{v:.4f}" + (f" ± {std:.4f}" if std is not None else "")
 
 
+def _drop(v) -> str:
+  """`uncertainty.relative_drop` as the report shows it: "undefined" for a baseline <= 0."""
+  if v is not None and np.isnan(v):
+    return "undefined (baseline <= 0)"
+  return _fmt(v, pct=True)
+
+
 def markdown(rows: Sequence[dict]) -> str:
   seeds = max(len(by_run(rows)[k]["seeds"]) for k in by_run(rows))
   note = "" if seeds == 1 else f" (mean ± std over {seeds} probe seeds)"
@@ -101,7 +108,7 @@ def markdown(rows: Sequence[dict]) -> str:
   for s in summary_rows(rows):
     lines.append("| " + " | ".join([
         s["model"], s["task"], s["variant"], s["metric"], _fmt(s["baseline"], s["baseline_std"]),
-        _fmt(s["papa"], s["papa_std"]), _fmt(s["relative_drop"], pct=True),
+        _fmt(s["papa"], s["papa_std"]), _drop(s["relative_drop"]),
         _fmt(s["half_heads"], s["half_heads_std"]), f"{s['seconds']:.0f}"]) + " |")
   lines += ["", "| variant | static heads | fraction | score | best epoch score | seeds "
             "| seconds |", "|---|---|---|---|---|---|---|"]

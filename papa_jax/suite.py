@@ -25,7 +25,7 @@ from typing import Sequence
 import ml_collections
 from absl import logging
 
-from papa_jax import reader, report, results, run, storage
+from papa_jax import reader, report, results, run, storage, uncertainty
 from papa_jax import workdir as workdir_lib
 from papa_jax import data as data_lib
 from papa_jax.convert import MODEL_KEYS
@@ -154,8 +154,9 @@ def load_experiment(path: str, model: str | None = None) -> report.Experiment:
       seeds=wd.seeds, orderings=wd.rankings)
 
 
-def report_from_workdirs(paths: Sequence[str], out_dir: str, *, n_boot: int = 1000,
-                         seed: int = 0, level: float = 0.95) -> dict[str, str]:
+def report_from_workdirs(paths: Sequence[str], out_dir: str, *,
+                         n_boot: int = uncertainty.N_BOOT, seed: int = 0,
+                         level: float = 0.95) -> dict[str, str]:
   """The PAPA report over finished workdirs (one experiment each)."""
   experiments = []
   for p in paths:

@@ -28,11 +28,10 @@ seed bootstrap sees only S values, and the bootstrap variance of their mean is
 (S-1)/S times the usual s^2/S (2/3 of it for 3 seeds): few seeds make every
 interval optimistic.
 
-Speed (2 shared CPU cores, B=1000, 3+3 seeds, `paired_bootstrap`): SST-2 (872)
-0.02-0.05 s, MNLI (9,815) 0.1-0.4 s, QQP (40,430) 0.9-1.6 s, STS-B (1,500)
-0.13-0.23 s; CoNLL NER dev (3,250 sentences) 0.3-0.5 s when most predicted
-sentences are right, most of it conlleval chunking in Python (each distinct
-tag sequence is chunked once).
+Speed (2 shared CPU cores, 3+3 seeds, `paired_bootstrap`, B=1000 / 10,000):
+SST-2 (872) 0.02-0.05 / 0.3 s, MNLI (9,815) 0.1-0.4 / 2.7-4.3 s, QQP (40,430)
+0.9-1.6 / 10-13 s, STS-B (1,500) 0.13-0.23 / 1.7-2.1 s, CoNLL NER dev (3,250
+sentences) 0.3-0.5 / 1.6 s (chunking each distinct tag sequence once); 370 MB.
 """
 
 from __future__ import annotations
@@ -43,11 +42,14 @@ from typing import Mapping, Sequence
 import numpy as np
 import scipy.stats
 
-from papa_jax import metrics
+from papa_jax import metrics, significance
 
 # Rows of the [rows, N] count matrix built at once: bounds memory (16 MiB)
 # on large dev sets (QQP: 40k examples) without slowing small ones.
 _CHUNK_ELEMENTS = 1 << 21
+# Replicates by default: a 2.5% percentile's Monte Carlo error is 0.083 sigma at
+# B = 1,000, 0.026 sigma at 10,000 (normal replicates of spread sigma).
+N_BOOT = 10_000
 
 
 def seed_summary(scores: Sequence[float]) -> dict:
@@ -83,7 +85,7 @@ def _stack(preds) -> np.ndarray:
   return out
 
 
-def _tagging_context(task, labels: np.ndarray) -> tuple[list, dict] | None:
+def tagging_context(task, labels: np.ndarray) -> tuple[list, dict] | None:
   """Gold entities per sentence, and a memo of chunked tag sequences.
 
   Chunking is the slow part (pure Python); most predicted sentences repeat
@@ -110,7 +112,7 @@ def _tagging_stats(task, pred: np.ndarray, labels: np.ndarray, context=None) -> 
   total = keep.sum(1)
   if "f1" not in task.metrics:
     return np.stack([correct, total], 1).astype(np.float64)
-  gold, memo, names = context or _tagging_context(task, labels)
+  gold, memo, names = context or tagging_context(task, labels)
   out = np.zeros((len(labels), 5), np.float64)
   for i, (p, k, et) in enumerate(zip(pred, keep, gold)):
     ep = _entities(names, p[k], memo)
@@ -124,7 +126,7 @@ def example_stats(task, labels: np.ndarray, pred: np.ndarray, metric: str | None
   """Per-example sufficient statistics of `metric`, `[N, K]` float64.
 
   Returns None for Pearson/Spearman, which have none (see module docstring).
-  `context`: `_tagging_context(task, labels)`, to share across seeds.
+  `context`: `tagging_context(task, labels)`, to share across seeds.
   """
   metric = _metric(task, metric)
   labels, pred = np.asarray(labels), np.asarray(pred)
@@ -195,10 +197,11 @@ def _rowwise_pearson(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return np.where(denom > 0, (x * y).sum(1) / denom, 0.0)
 
 
-def metric_score(task, labels: np.ndarray, pred: np.ndarray, metric: str | None = None) -> float:
+def metric_score(task, labels: np.ndarray, pred: np.ndarray, metric: str | None = None, *,
+                 context=None) -> float:
   """The metric on the full data through the bootstrap's code path (weights 1)."""
   metric = _metric(task, metric)
-  stats = example_stats(task, labels, pred, metric)
+  stats = example_stats(task, labels, pred, metric, context=context)
   if stats is None:  # Correlations: the pipeline's own scorer, to the last bit.
     return float(metrics.classification_scores(
         [metric], np.asarray(pred, np.float64), np.asarray(labels, np.float64))[metric])
@@ -213,7 +216,7 @@ def _example_index_chunks(n: int, n_boot: int, seed: int):
     yield rng.integers(0, n, size=(min(rows, n_boot - start), n))
 
 
-def seed_scores(task, labels: np.ndarray, preds, *, n_boot: int = 1000, seed: int = 0,
+def seed_scores(task, labels: np.ndarray, preds, *, n_boot: int = N_BOOT, seed: int = 0,
                 metric: str | None = None) -> tuple[np.ndarray, np.ndarray]:
   """Each probe seed's metric on the full dev set and on each example resample.
 
@@ -229,7 +232,7 @@ def seed_scores(task, labels: np.ndarray, preds, *, n_boot: int = 1000, seed: in
   return seed_scores_many(task, labels, [preds], n_boot=n_boot, seed=seed, metric=metric)[0]
 
 
-def seed_scores_many(task, labels: np.ndarray, conditions: Sequence, *, n_boot: int = 1000,
+def seed_scores_many(task, labels: np.ndarray, conditions: Sequence, *, n_boot: int = N_BOOT,
                      seed: int = 0,
                      metric: str | None = None) -> list[tuple[np.ndarray, np.ndarray]]:
   """`seed_scores` of several conditions on the same resamples, drawn once."""
@@ -240,7 +243,7 @@ def seed_scores_many(task, labels: np.ndarray, conditions: Sequence, *, n_boot: 
   n = len(labels)
   out = np.empty((n_boot, sum(sizes)), np.float64)
   row = 0
-  context = _tagging_context(task, labels)
+  context = tagging_context(task, labels)
   stats = [example_stats(task, labels, p, metric, context=context) for c in preds for p in c]
   if stats[0] is not None:
     full = aggregate(task, np.stack([s.sum(0) for s in stats]), metric)
@@ -305,21 +308,26 @@ def compare(base_samples: np.ndarray, treat_samples: np.ndarray, base_point: flo
 
   Returns:
     dict(relative_drop, relative_drop_ci, abs_diff, abs_diff_ci,
-    undefined_resamples, within_noise). `within_noise` is whether the
-    relative drop's interval contains 0 (the absolute difference's when the
-    relative drop is undefined in some replicate).
+    undefined_resamples, p_value, within_noise). `within_noise` is whether
+    `relative_drop_ci` (the interval the report prints) contains 0, and
+    `p_value` is `significance.bootstrap_p_value` of the same replicates
+    (`p_value >= 1 - level` exactly when `within_noise`). A drop relative to a
+    baseline <= 0, on the data or in any replicate, is undefined: its
+    interval is NaN, `p_value` NaN and `within_noise` None, never True.
   """
   rel = relative_drop(base_samples, treat_samples)
   diff = np.asarray(base_samples) - np.asarray(treat_samples)
   rel_ci, diff_ci = percentile_interval(rel, level), percentile_interval(diff, level)
-  ci = rel_ci if np.all(np.isfinite(rel_ci)) else diff_ci
-  return dict(relative_drop=relative_drop(base_point, treat_point), relative_drop_ci=rel_ci,
+  point = relative_drop(base_point, treat_point)
+  defined = bool(np.isfinite(point) and np.all(np.isfinite(rel_ci)))
+  return dict(relative_drop=point, relative_drop_ci=rel_ci,
               abs_diff=float(base_point - treat_point), abs_diff_ci=diff_ci,
               undefined_resamples=int(np.sum(~np.isfinite(rel))),
-              within_noise=bool(ci[0] <= 0.0 <= ci[1]))
+              p_value=significance.bootstrap_p_value(rel) if defined else float("nan"),
+              within_noise=bool(rel_ci[0] <= 0.0 <= rel_ci[1]) if defined else None)
 
 
-def paired_bootstrap(task, labels: np.ndarray, baseline, treatment, *, n_boot: int = 1000,
+def paired_bootstrap(task, labels: np.ndarray, baseline, treatment, *, n_boot: int = N_BOOT,
                      seed: int = 0, metric: str | None = None, level: float = 0.95,
                      streams: tuple[int, int] = (0, 1), return_samples: bool = False) -> dict:
   """Paired bootstrap of the drop from `baseline` to `treatment`.
@@ -361,7 +369,7 @@ def paired_bootstrap(task, labels: np.ndarray, baseline, treatment, *, n_boot: i
   return out
 
 
-def score_band(task, labels: np.ndarray, preds, *, n_boot: int = 1000, seed: int = 0,
+def score_band(task, labels: np.ndarray, preds, *, n_boot: int = N_BOOT, seed: int = 0,
                metric: str | None = None, level: float = 0.95, stream: int = 0) -> dict:
   """One condition's score: mean ± std over seeds and a bootstrap interval.
 
@@ -374,7 +382,7 @@ def score_band(task, labels: np.ndarray, preds, *, n_boot: int = 1000, seed: int
   return dict(seed_summary(full), ci=percentile_interval(b, level), seeds=full.tolist())
 
 
-def curve(task, labels: np.ndarray, preds_by_k: Mapping[int, object], *, n_boot: int = 1000,
+def curve(task, labels: np.ndarray, preds_by_k: Mapping[int, object], *, n_boot: int = N_BOOT,
           seed: int = 0, metric: str | None = None, level: float = 0.95) -> list[dict]:
   """`score_band` for each number of constant heads k, ascending.
 
@@ -386,32 +394,3 @@ def curve(task, labels: np.ndarray, preds_by_k: Mapping[int, object], *, n_boot:
                             metric=metric)
   return [dict(k=int(k), **seed_summary(full), seeds=full.tolist(), ci=percentile_interval(
       seed_means(b, seed=seed, stream=int(k)), level)) for k, (full, b) in zip(ks, scored)]
-
-
-def correlation(x: Sequence[float], y: Sequence[float]) -> dict:
-  """Pearson and Spearman r with two-sided p-values (scipy.stats).
-
-  The p-values assume independent pairs; (model, task) pairs that share a
-  model or a task are not. NaN where undefined (n < 3, or a constant input).
-
-  Returns:
-    dict(n, pearson_r, pearson_p, spearman_r, spearman_p, note).
-  """
-  x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
-  ok = np.isfinite(x) & np.isfinite(y)
-  x, y = x[ok], y[ok]
-  n = int(len(x))
-  nan = float("nan")
-  out = dict(n=n, pearson_r=nan, pearson_p=nan, spearman_r=nan, spearman_p=nan, note="")
-  if n >= 3 and np.ptp(x) > 0 and np.ptp(y) > 0:
-    pr, sr = scipy.stats.pearsonr(x, y), scipy.stats.spearmanr(x, y)
-    out.update(pearson_r=float(pr[0]), pearson_p=float(pr[1]),
-               spearman_r=float(sr[0]), spearman_p=float(sr[1]))
-  notes = []
-  if n < 4:
-    notes.append(f"n = {n} pairs: too few for any correlation claim")
-  elif not (np.ptp(x) > 0 and np.ptp(y) > 0):
-    notes.append("a constant input: correlation undefined")
-  out["note"] = "; ".join(notes)
-  return out
-

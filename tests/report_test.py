@@ -111,22 +111,26 @@ def test_markdown_rows(written):
   _, _, md = written
   raw = _row(md, MAIN, "tiny", "sst2", "raw")
   assert raw[3] == "0.9000 ± 0.1414" and raw[4] == "0.7000 ± 0.1414"
-  assert raw[5].startswith("22.22% [") and raw[6] == "0.9000 ± 0.0000"
-  assert raw[7].startswith("0.00% [") and raw[7].endswith("(within noise)")
+  assert raw[5].startswith("22.22% [") and raw[7] == "0.9000 ± 0.0000"
+  assert raw[8].startswith("0.00% [") and raw[8].endswith("(within noise)")
+  assert raw[9] == "1.000 (within noise)"  # Holm: a drop of exactly 0.
   eff = _row(md, MAIN, "tiny", "sst2", "effective")
-  assert eff[4] == "0.7000 ± –" and eff[6] == "–" and eff[7] == "–"  # One seed; no half run.
+  assert eff[4] == "0.7000 ± –" and eff[7:] == ["–"] * 3  # One seed; no half run.
   ner = _row(md, MAIN, "tiny", "ner", "raw")
   assert ner[3] == "0.9444 ± 0.0786" and ner[4] == "0.4444 ± 0.6285"
-  assert ner[5].startswith("52.94% [") and ner[6] == "–" and ner[7] == "–"
+  assert ner[5].startswith("52.94% [") and ner[7:] == ["–"] * 3
   assert "| model | task | constant attention | 0 | 1/2 | 7/8 | 1 |" in md
   sched = _row(md, "Score at each", "tiny", "ner", "raw")
   assert sched[3:] == ["0.9444 ± 0.0786", "–", "0.5500 ± 0.0707", "0.4444 ± 0.6285"]
   avg = _row(md, "Average", "tiny", "raw", "all")
   assert avg[3] == "2" and avg[4].startswith(f"{100 * (2 / 9 + 9 / 17) / 2:.2f}% [")
   for text in ("B = 200", "percentile 95%", "paired bootstrap", "8% average relative drop",
-               "What these numbers do not show", "too few", "| tiny | ner | f1 | 4 | 50 | 0, 1 |",
-               "pools tasks (accuracy, f1)", "As few as 2 seeds", "Some conditions have one seed",
-               "held fixed"):
+               "What these numbers do not show", "| raw | 2 | – | not tested: n = 2 < 5 pairs |",
+               "| tiny | ner | f1 | 4 | 50 | 0, 1 | B-PER: 0.1000 | +0.8444 [",
+               "| tiny | sst2 | accuracy | 10 | 100 | 0, 1 | negative: 0.5000 | +0.4000 [",
+               "report.md prints 9 95% intervals: 4 relative drops (main table), 3 per-model "
+               "averages, 2 baseline − constant differences", "one family of 5 tests",
+               "As few as 2 seeds", "Some conditions have one seed", "held fixed"):
     assert text in md, text
 
 
@@ -181,13 +185,15 @@ def test_partial_experiments_render_dashes(tmp_path):
   with open(paths["md"]) as f:
     md = f.read()
   base = _row(md, MAIN, "base-only", "sst2", "raw")
-  assert base[3:] == ["0.9000 ± 0.1414", "–", "–", "–", "–"]
+  assert base[3:] == ["0.9000 ± 0.1414"] + ["–"] * 6
   assert _row(md, MAIN, "no-base", "ner", "raw")[3:5] == ["–", "0.4444 ± 0.6285"]
   logged = _row(md, MAIN, "logged", "sst2", "raw")
-  assert logged[3:6] == ["0.9000 ± –", "0.8000 ± –", "11.11%"]  # No interval, no marker.
-  assert _row(md, MAIN, "mcc-zero", "cola", "raw")[5] == "undefined (baseline <= 0)"
+  assert logged[3:7] == ["0.9000 ± –", "0.8000 ± –", "11.11%", "not checked"]  # No interval.
+  zero = _row(md, MAIN, "mcc-zero", "cola", "raw")
+  assert zero[5:7] == ["undefined (baseline <= 0)", "uninformative"]
   assert "Not run" in md and "No predictions, so no interval" in md
-  assert "Relative drop undefined (baseline <= 0) for: mcc-zero/cola" in md
+  assert "Relative drop undefined (baseline <= 0, on the dev set or in some resamples; never " \
+      "counted as within noise) for: mcc-zero/cola." in md
 
 
 def test_logged_scores_that_disagree_are_flagged(tmp_path):
@@ -217,7 +223,9 @@ def test_results_relative_drop_is_the_reports_and_undefined_for_a_non_positive_b
                seconds=1.0) for k, s in ((0, 0.0), (2, 0.1), (4, -0.05))]
   summary = results.summary_rows(rows)[0]
   assert np.isnan(summary["relative_drop"])
-  assert "| matthews_correlation | 0.0000 | -0.0500 | – |" in results.markdown(rows)
+  md = results.markdown(rows)
+  assert "| matthews_correlation | 0.0000 | -0.0500 | undefined (baseline <= 0) |" in md
+  assert "%" not in md.split("\n")[2]  # Never a percentage (100%, -150%) for it.
   rows[0]["score"] = 0.5
   assert results.summary_rows(rows)[0]["relative_drop"] == pytest.approx(
       uncertainty.relative_drop(0.5, -0.05)) == pytest.approx(1.1)
@@ -271,3 +279,17 @@ def test_report_controls_say_whether_lambda_beats_random_and_the_mean_beats_unif
   assert "## Controls: which heads, and which constant" in md and "lambda beats random" in md
   assert os.path.exists(paths["controls/tiny/sst2"])
   assert "raw/entropy" not in md.split("## Controls")[0]  # Other orders stay out of the main tables.
+  from papa_jax import rank_agreement, significance
+  rows = [x for c in report.analyse([exp], n_boot=200)["controls"] for x in c["vs_random"]
+          + c["vs_uniform"]]  # A second Holm family: every control comparison.
+  assert [x["verdict_adjusted"] for x in rows] == [
+      "lambda beats random", "within noise", "raw beats uniform", "raw beats uniform"]
+  assert "| entropy | 1/2 | +0.0100 [" in md and significance.format_p(rows[1]["holm_p"], 200) \
+      + " (within noise) |" in md
+  labels = exp.labels
+  exp.predictions[("row_mean", 2)] = {0: np.where(np.arange(200) < 76, 1 - labels, labels)}
+  rows = [x for c in report.analyse([exp], n_boot=200)["controls"] for x in c["vs_random"]
+          + c["vs_uniform"]]  # row_mean 0.62 vs uniform 0.60: a second p-value above 0.
+  assert [x["holm_p"] for x in rows] == rank_agreement.holm([x["p_value"] for x in rows])
+  assert sum(x["holm_p"] > x["p_value"] for x in rows) >= 1
+  assert all((x["p_value"] >= 0.05) == x["within_noise"] for x in rows)

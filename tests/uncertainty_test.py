@@ -2,7 +2,6 @@
 
 import numpy as np
 import pytest
-import scipy.stats
 
 from papa_jax import metrics, uncertainty
 from papa_jax.data.tasks import get_task
@@ -161,10 +160,34 @@ def test_relative_drop_undefined_for_nonpositive_baseline():
   treat = {0: 1 - labels}
   got = uncertainty.paired_bootstrap(task, labels, base, treat, n_boot=50)
   assert np.isnan(got["relative_drop"]) and np.all(np.isnan(got["relative_drop_ci"]))
-  assert got["undefined_resamples"] == 50
-  assert got["abs_diff"] == 1.0 and not got["within_noise"]  # Judged on the difference.
+  assert got["undefined_resamples"] == 50 and got["abs_diff"] == 1.0
+  assert got["within_noise"] is None and np.isnan(got["p_value"])  # Undefined, not noise.
   got = uncertainty.paired_bootstrap(task, labels, treat, base, n_boot=50)  # MCC -1 -> 0.
   assert np.isnan(got["relative_drop"]) and got["undefined_resamples"] == 50
+  assert got["within_noise"] is None
+  same = uncertainty.paired_bootstrap(task, labels, base, base, n_boot=50)  # 0 -> 0.
+  assert same["within_noise"] is None and same["abs_diff_ci"] == (0.0, 0.0)
+
+
+def test_drop_undefined_in_some_resamples_is_undefined_not_noise():
+  """A baseline MCC just above 0 whose resamples reach 0 or below: the point drop is
+  defined, its interval is not, so neither is the verdict."""
+  task = get_task("cola")
+  rng = np.random.default_rng(1)
+  labels = rng.integers(0, 2, 200)
+  weak = np.where(rng.random(200) < 0.53, labels, 1 - labels)  # MCC 0.13.
+  got = uncertainty.paired_bootstrap(task, labels, {0: weak}, {0: 1 - labels}, n_boot=300)
+  assert np.isfinite(got["relative_drop"]) and 0 < got["undefined_resamples"] < 300
+  assert np.all(np.isnan(got["relative_drop_ci"])) and got["within_noise"] is None
+
+
+@pytest.mark.parametrize("acc", [(0.8, 0.8), (0.8, 0.75), (0.9, 0.5)])
+def test_within_noise_is_the_printed_interval_and_the_p_value_agrees(acc):
+  task, labels, base, treat = _data("sst2", n=200, acc=acc)
+  for level in (0.9, 0.95):
+    got = uncertainty.paired_bootstrap(task, labels, base, treat, n_boot=400, level=level)
+    lo, hi = got["relative_drop_ci"]
+    assert got["within_noise"] == (lo <= 0 <= hi) == (got["p_value"] >= 1 - level)
 
 
 def test_seed_summary_against_numpy():
@@ -188,18 +211,12 @@ def test_curve_points_and_bands():
   assert got[0]["ci"][0] > got[1]["ci"][1]  # 95% vs 75% accurate: bands apart.
 
 
-def test_correlation_against_scipy():
-  rng = np.random.default_rng(0)
-  x = rng.normal(size=12)
-  y = x + rng.normal(size=12)
-  got = uncertainty.correlation(x, y)
-  assert got["n"] == 12 and got["note"] == ""
-  assert got["pearson_r"] == pytest.approx(scipy.stats.pearsonr(x, y)[0], abs=1e-12)
-  assert got["pearson_p"] == pytest.approx(scipy.stats.pearsonr(x, y)[1], abs=1e-12)
-  assert got["spearman_r"] == pytest.approx(scipy.stats.spearmanr(x, y)[0], abs=1e-12)
-  assert got["spearman_p"] == pytest.approx(scipy.stats.spearmanr(x, y)[1], abs=1e-12)
-  small = uncertainty.correlation([0.8, 0.9, 0.7], [0.01, 0.05, 0.02])
-  assert small["n"] == 3 and "too few" in small["note"] and np.isfinite(small["pearson_r"])
-  two = uncertainty.correlation([0.8, 0.9], [0.01, 0.05])
-  assert np.isnan(two["pearson_r"]) and "too few" in two["note"]
-
+def test_every_report_path_draws_ten_thousand_resamples_by_default():
+  import inspect
+  from papa_jax import config_schema, report, report_controls, suite
+  assert uncertainty.N_BOOT == 10_000
+  assert config_schema.get_config().report.n_boot == uncertainty.N_BOOT
+  for fn in (report.analyse, report.write_report, report_controls.analyse,
+             suite.report_from_workdirs, uncertainty.paired_bootstrap, uncertainty.curve,
+             uncertainty.score_band, uncertainty.seed_scores, uncertainty.seed_scores_many):
+    assert inspect.signature(fn).parameters["n_boot"].default == uncertainty.N_BOOT, fn

@@ -1,0 +1,184 @@
+"""The report's claims: which cells may enter them, averages, Holm, the correlation.
+
+Informative cells. A (model, task) cell enters the claims (per-model averages,
+the comparison with the paper's 8%, the correlation, the counts of drops
+within noise) only if its baseline probe is clearly above chance: the
+`level` percentile interval of `baseline - constant` excludes 0 from above,
+where `constant` is the score of the best constant prediction on the dev set
+(`constant_prediction`: the majority class for accuracy, the positive class
+for F1, any class for MCC (0), the commonest tag for tagging; 0 for Pearson
+and Spearman), resampled on the same dev examples as the baseline. Other cells
+are *uninformative*: still tabled, never counted. A cell without baseline
+predictions cannot be checked and is left out too.
+
+Multiplicity. The relative drops of the main table (all and half the heads
+constant, informative cells, defined intervals) and the per-model average
+drops over two or more tasks form one family; each has the bootstrap p-value dual to its printed
+interval (`significance.bootstrap_p_value`) and a Holm-adjusted p-value
+(`rank_agreement.holm`). The adjusted verdict is "within noise" when the
+adjusted p is >= 1 - level; it is never less cautious than the interval's.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from papa_jax import rank_agreement, significance, uncertainty
+
+PAPER_ALL_HEADS_DROP = 0.08  # Hassid et al. 2022: about 8% with every head constant.
+
+
+def constant_prediction(task, labels: np.ndarray) -> tuple[str, float, np.ndarray] | None:
+  """(label name, headline score, predictions) of the best constant prediction on the dev
+  labels (ties: the first label); None for regression, where chance is a correlation of 0."""
+  if task.kind == "regression":
+    return None
+  labels = np.asarray(labels)
+  best, context = None, uncertainty.tagging_context(task, labels)  # Gold chunked once.
+  for k, name in enumerate(task.label_names):
+    pred = np.where(labels == -100, -100, k) if task.kind == "tagging" else np.full_like(labels, k)
+    score = uncertainty.metric_score(task, labels, pred, context=context)
+    if best is None or score > best[1]:
+      best = (str(name), score, pred)
+  return best
+
+
+def baseline_check(base_mean: float, base_reps: np.ndarray | None, constant: tuple | None,
+                   constant_reps: np.ndarray | None, level: float) -> dict:
+  """Whether the baseline is clearly above the best constant prediction (module docstring).
+
+  Returns:
+    dict(constant (label name or "any (correlation 0)"), constant_score, diff, diff_ci,
+    informative (None: not checked), reason).
+  """
+  if base_reps is None:
+    return dict(constant=None, constant_score=None, diff=None, diff_ci=None, informative=None,
+                reason="not checked: no dev predictions of the baseline")
+  name, score = ("any (correlation 0)", 0.0) if constant is None else constant[:2]
+  out = dict(constant=name, constant_score=float(score), diff=float(base_mean - score))
+  ci = uncertainty.percentile_interval(
+      base_reps - (0.0 if constant_reps is None else constant_reps), level)
+  ok = bool(np.all(np.isfinite(ci)) and ci[0] > 0)
+  out.update(diff_ci=ci, informative=ok, reason="" if ok else (
+      f"baseline {base_mean:.4f} vs constant prediction {name!r} {score:.4f}: the "
+      f"{100 * level:.0f}% interval of the difference [{ci[0]:+.4f}, {ci[1]:+.4f}] "
+      "does not lie above 0"))
+  return out
+
+
+def informative(r: dict) -> bool:
+  return bool(r.get("check") and r["check"]["informative"])
+
+
+def _finite(x) -> bool:
+  return x is not None and math.isfinite(x)
+
+
+def _variants(names) -> list[str]:
+  return sorted(set(names), key=lambda v: (v != "raw", v))
+
+
+def model_averages(results: list[dict], reps: list[dict], level: float) -> list[dict]:
+  """Per model, variant and (all, half): the relative drop averaged over informative tasks.
+
+  The interval averages the per-replicate drops over tasks (tasks are resampled
+  independently); it is None when a task's drop has no replicates.
+  """
+  out = []
+  for model in dict.fromkeys(r["model"] for r in results):
+    mine = [(r, d["drops"]) for r, d in zip(results, reps) if r["model"] == model
+            and informative(r)]
+    for v in _variants(s["variant"] for r, _ in mine for s in r["summary"]):
+      for which in ("all", "half"):
+        rows = [(r["task"], s[which]["relative_drop"], d.get((v, s[which]["static_heads"])))
+                for r, d in mine for s in r["summary"]
+                if s["variant"] == v and s[which] and _finite(s[which].get("relative_drop"))]
+        if not rows:
+          continue
+        row = dict(model=model, variant=v, heads=which, tasks=[t for t, _, _ in rows],
+                   mean_relative_drop=float(np.mean([x for _, x, _ in rows])), ci=None,
+                   p_value=None, within_noise=None, vs_paper=None)
+        if all(d is not None and np.all(np.isfinite(d)) for _, _, d in rows):
+          mean = np.mean([d for _, _, d in rows], 0)
+          ci = uncertainty.percentile_interval(mean, level)
+          row.update(ci=ci, p_value=significance.bootstrap_p_value(mean),
+                     within_noise=bool(ci[0] <= 0.0 <= ci[1]))
+          if which == "all":
+            row["vs_paper"] = ("above 8%" if ci[0] > PAPER_ALL_HEADS_DROP else "below 8%"
+                               if ci[1] < PAPER_ALL_HEADS_DROP else "8% inside the interval")
+        out.append(row)
+  return out
+
+
+def family(results: list[dict]) -> list[tuple[dict, dict]]:
+  """(cell, condition) of every main-table drop in the Holm family (module docstring)."""
+  return [(r, s[w]) for r in results if informative(r) for s in r["summary"]
+          for w in ("all", "half") if s[w] and s[w]["static_heads"] > 0
+          and _finite(s[w].get("p_value"))]
+
+
+def adjust(results: list[dict], averages: list[dict], level: float) -> dict:
+  """Holm over the family; writes `holm_p` and `within_noise_adjusted` into its members.
+
+  An average over one task is that task's drop, the same test: it is not counted twice
+  and shows the drop's adjusted p-value.
+  """
+  drops = family(results)
+  members = [c for _, c in drops] + [a for a in averages
+                                     if _finite(a["p_value"]) and len(a["tasks"]) > 1]
+  for c, p in zip(members, rank_agreement.holm([c["p_value"] for c in members])):
+    c.update(holm_p=p, within_noise_adjusted=bool(p >= 1 - level))
+  by = {(r["model"], r["task"], s["variant"], w): s[w] for r in results if informative(r)
+        for s in r["summary"] for w in ("all", "half")}
+  for a in averages:
+    if _finite(a["p_value"]) and len(a["tasks"]) == 1:
+      c = by[(a["model"], a["tasks"][0], a["variant"], a["heads"])]
+      a.update(holm_p=c["holm_p"], within_noise_adjusted=c["within_noise_adjusted"])
+  return dict(method="holm", level=level, n_tests=len(members),
+              within_noise=sum(bool(c["within_noise"]) for c in members),
+              within_noise_adjusted=sum(c["within_noise_adjusted"] for c in members))
+
+
+def correlations(results: list[dict], reps: list[dict], level: float) -> dict:
+  """Per variant: Spearman's rho of baseline score vs relative drop (all heads constant)
+  over the informative (model, task) cells, with a bootstrap interval.
+
+  Replicate b pairs each cell's baseline and drop on that cell's b-th resample of
+  dev examples and probe seeds (the report's replicates: models on a task share
+  the example resamples, tasks are independent). Pairs are not resampled: they
+  share models and tasks, so they are not independent draws from a population,
+  and a handful of pairs drawn with repeats mostly measures which pairs were
+  drawn. The interval is therefore conditional on these models and tasks: how
+  sure the ranking is given dev-set and seed noise, not whether it holds for
+  other models or tasks.
+  """
+  out = {}
+  for v in _variants(s["variant"] for r in results for s in r["summary"]):
+    pairs, left_out = [], []
+    for r, d in zip(results, reps):
+      for s in r["summary"]:
+        c = s["all"]
+        if s["variant"] != v or not r["baseline"] or not c or "relative_drop" not in c:
+          continue
+        cell = f"{r['model']}/{r['task']}"
+        drop = d["drops"].get((v, c["static_heads"]))
+        if not informative(r):
+          why = "uninformative" if r["check"] and r["check"]["informative"] is False else (
+              "not checked")
+          left_out.append(f"{cell} ({why})")
+        elif not _finite(c["relative_drop"]) or drop is None or not np.all(np.isfinite(drop)):
+          left_out.append(f"{cell} (relative drop undefined or without replicates)")
+        else:
+          pairs.append((dict(model=r["model"], task=r["task"], metric=r["metric"],
+                             baseline=r["baseline"]["mean"], relative_drop=c["relative_drop"],
+                             relative_drop_ci=c.get("relative_drop_ci")), d["baseline"], drop))
+    x = [p["baseline"] for p, _, _ in pairs]
+    y = [p["relative_drop"] for p, _, _ in pairs]
+    b = len(pairs[0][1]) if pairs else 0
+    xr = np.stack([bx for _, bx, _ in pairs], 1) if pairs else np.zeros((b, 0))
+    yr = np.stack([dy for _, _, dy in pairs], 1) if pairs else np.zeros((b, 0))
+    out[v] = dict(significance.rank_correlation(x, y, xr, yr, level=level),
+                  pairs=[p for p, _, _ in pairs], left_out=left_out)
+  return out

@@ -1,0 +1,158 @@
+"""The report's claims: undefined drops, uninformative cells, Holm and the correlation."""
+
+import csv
+import json
+
+import numpy as np
+import pytest
+
+from papa_jax import rank_agreement, report, significance, uncertainty
+from papa_jax.data.tasks import get_task
+
+N_BOOT = 400
+LABELS = np.array([0, 1] * 100)  # Balanced: the best constant prediction scores 0.5.
+
+
+def _acc(frac, shift=0):
+  """SST-2 predictions right on a `frac` share of LABELS (a block of errors at `shift`)."""
+  p = LABELS.copy()
+  wrong = (np.arange(200) + shift) % 200 < int(round((1 - frac) * 200))
+  p[wrong] = 1 - p[wrong]
+  return p
+
+
+def _cell(model, base, treat, task="sst2"):
+  return report.Experiment(
+      model=model, task=get_task(task), total_heads=4, labels=LABELS, seeds=(0, 1),
+      predictions={("raw", 0): {0: _acc(base, 3), 1: _acc(base + 0.01, 50)},
+                   ("raw", 4): {0: _acc(treat, 90), 1: _acc(treat - 0.01, 140)}})
+
+
+def _md_row(md, start, section="Baseline, all heads"):
+  """The row starting with `start` in the table under `## section...`."""
+  part = md.split("\n## " + section, 1)[1].split("\n## ", 1)[0] if section else md
+  rows = [line for line in part.splitlines() if line.startswith(start)]
+  assert len(rows) == 1, (start, rows)
+  return [c.strip() for c in rows[0].strip("|").split("|")]
+
+
+def test_undefined_drops_are_never_within_noise(tmp_path):
+  """MCC 0 -> 0: the old rule judged it on the absolute difference, whose interval
+  [0, 0] contains 0, and counted it "within noise". Now it is undefined in the JSON,
+  the CSV, the table and the counts; so is a drop whose baseline is > 0 on the dev set
+  but <= 0 in some resamples."""
+  rng = np.random.default_rng(1)
+  weak = np.where(rng.random(200) < 0.53, LABELS, 1 - LABELS)  # MCC 0.13, 0 in resamples.
+  zero = report.Experiment(model="m", task=get_task("cola"), total_heads=4, labels=LABELS,
+                           predictions={("raw", 0): {0: np.zeros(200, int)},
+                                        ("raw", 2): {0: np.zeros(200, int)},
+                                        ("raw", 4): {0: np.zeros(200, int)}})
+  some = report.Experiment(model="w", task=get_task("cola"), total_heads=4, labels=LABELS,
+                           predictions={("raw", 0): {0: weak}, ("raw", 4): {0: weak[::-1]}})
+  paths = report.write_report([zero, some, _cell("a", 0.9, 0.8)], str(tmp_path), n_boot=N_BOOT)
+  js = json.load(open(paths["json"]))
+  conds = [c for r in js["experiments"][:2] for c in r["conditions"] if c["static_heads"]]
+  assert len(conds) == 3 and all(c["within_noise"] is None for c in conds)
+  assert all(c["p_value"] is None and c["holm_p"] is None for c in conds)
+  md = open(paths["md"]).read()
+  assert _md_row(md, "| m | cola | raw |")[5:] == [
+      "undefined (baseline <= 0)", "uninformative", "0.0000 ± –", "undefined (baseline <= 0)",
+      "uninformative"]
+  row = _md_row(md, "| w | cola | raw |")
+  assert "[undefined: baseline <= 0 in" in row[5] and "within noise" not in row[5]
+  assert "0 of 1 relative drops in the main table" in md  # Only a/sst2 is counted.
+  assert "prints 5 95% intervals: 1 relative drops (main table), 1 per-model averages, 3 " \
+      "baseline − constant differences" in md  # The undefined drops are not intervals.
+  assert "never counted as within noise) for: m/cola; w/cola." in md
+  rows = list(csv.DictReader(open(paths["csv"])))
+  assert {r["within_noise"] for r in rows if r["task"] == "cola" and r["static_heads"] != "0"} \
+      == {""}
+
+
+def _claims_suite():
+  """Five informative SST-2 cells whose drop grows with the baseline, and one at chance
+  (0.53 vs 0.50) whose large drop would reverse the ranking if it were counted."""
+  good = [_cell(f"m{i}", b, b * (1 - d))
+          for i, (b, d) in enumerate(zip((0.70, 0.75, 0.80, 0.85, 0.90),
+                                         (0.02, 0.05, 0.08, 0.11, 0.14)))]
+  return good, _cell("chance", 0.53, 0.30)
+
+
+def _oracle(exps):
+  """Per cell, `uncertainty.paired_bootstrap` with the report's documented seed and streams."""
+  return [uncertainty.paired_bootstrap(
+      e.task, e.labels, e.predictions[("raw", 0)], e.predictions[("raw", 4)], n_boot=N_BOOT,
+      seed=report.task_seed(0, e.task.name), streams=(0, report.condition_stream("raw", 4)),
+      return_samples=True) for e in exps]
+
+
+@pytest.fixture(scope="module")
+def claims(tmp_path_factory):
+  good, chance = _claims_suite()
+  paths = report.write_report(good + [chance], str(tmp_path_factory.mktemp("claims")),
+                              n_boot=N_BOOT)
+  return good, chance, report.analyse(good + [chance], n_boot=N_BOOT), open(paths["md"]).read()
+
+
+def test_uninformative_cells_are_left_out_of_every_claim(claims):
+  good, _, rep, md = claims
+  checks = {r["model"]: r["check"] for r in rep["experiments"]}
+  assert all(checks[e.model]["informative"] for e in good)
+  assert checks["chance"]["informative"] is False
+  assert checks["chance"]["constant"] == "negative" and checks["chance"]["constant_score"] == 0.5
+  lo, hi = checks["chance"]["diff_ci"]
+  assert lo <= 0 < hi and checks["chance"]["diff"] == pytest.approx(0.035)
+  assert "chance" not in {a["model"] for a in rep["model_averages"]}
+  assert rep["correlation"]["raw"]["n"] == 5
+  assert rep["correlation"]["raw"]["left_out"] == ["chance/sst2 (uninformative)"]
+  assert rep["multiplicity"]["n_tests"] == 5  # The drops; one-task averages are the same.
+  chance = rep["experiments"][-1]["summary"][0]["all"]
+  assert chance["holm_p"] is None and np.isfinite(chance["relative_drop"])
+  assert _md_row(md, "| chance | sst2 | raw |")[6] == "uninformative"
+  assert _md_row(md, "| chance | sst2 | accuracy |", None)[-1] == "no: *uninformative*"
+  assert "or not checked: chance/sst2 (baseline 0.5350 vs constant prediction 'negative'" in md
+  assert "of 5 relative drops in the main table" in md
+
+
+def test_holm_and_p_values_are_the_documented_ones(claims):
+  good, _, rep, md = claims
+  want = _oracle(good)
+  rows = [r["summary"][0]["all"] for r in rep["experiments"][:5]]
+  for row, w in zip(rows, want):
+    assert row["relative_drop_ci"] == w["relative_drop_ci"]
+    assert row["p_value"] == significance.bootstrap_p_value(w["samples"]["relative_drop"])
+    lo, hi = row["relative_drop_ci"]
+    assert row["within_noise"] == (lo <= 0 <= hi)  # The printed interval's verdict.
+  adjusted = rank_agreement.holm([m["p_value"] for m in rows])
+  assert [m["holm_p"] for m in rows] == adjusted
+  averages = rep["model_averages"]  # One task each: the drop's test, not a second one.
+  assert [a["holm_p"] for a in averages] == adjusted
+  members = rows + averages
+  for m in members:
+    assert m["within_noise_adjusted"] == (m["holm_p"] >= 0.05)
+    assert m["within_noise_adjusted"] or not m["within_noise"]  # Never less cautious.
+  assert "one family of 5 tests" in md
+
+
+def test_correlation_is_spearman_over_informative_cells_with_its_interval(claims):
+  good, chance, rep, md = claims
+  want = _oracle(good)
+  x = [w["baseline"] for w in want]
+  y = [w["relative_drop"] for w in want]
+  oracle = significance.rank_correlation(
+      x, y, np.stack([w["samples"]["baseline"] for w in want], 1),
+      np.stack([w["samples"]["relative_drop"] for w in want], 1))
+  got = rep["correlation"]["raw"]
+  assert (got["rho"], got["ci"], got["verdict"]) == (oracle["rho"], oracle["ci"], "positive")
+  assert got["rho"] == pytest.approx(1.0)
+  with_chance = _oracle([chance])[0]
+  assert significance.rank_correlation(
+      x + [with_chance["baseline"]], y + [with_chance["relative_drop"]],
+      np.zeros((1, 6)), np.zeros((1, 6)))["rho"] < 0.5  # Counting it would change the answer.
+  ci = got["ci"]
+  assert (f"| raw | 5 | {got['rho']:.4f} [{ci[0]:.4f}, {ci[1]:.4f}] | positive | "
+          "chance/sst2 (uninformative) |") in md
+  four = report.analyse(good[:4], n_boot=50)["correlation"]["raw"]
+  assert four["verdict"] == "not tested" and four["rho"] is None
+  assert "Not tested: n = 4 informative (model, task) pairs < 5." in report.analyse(
+      good[:4], n_boot=50)["caveats"][0]
