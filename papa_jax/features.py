@@ -14,6 +14,7 @@ import contextlib
 import dataclasses
 import functools
 import os
+from typing import Any
 
 import jax
 import numpy as np
@@ -31,9 +32,10 @@ class CacheTooLarge(ValueError):
 
 @dataclasses.dataclass
 class Features:
-  """A split's cached features: `features [N, K, L, D]`, its mask and labels."""
+  """A split's cached features: `features [N, K, L, D]` (host, memmap, or the device array of
+  a one-device mesh), its mask and labels."""
 
-  features: np.ndarray
+  features: Any
   attention_mask: np.ndarray
   labels: np.ndarray
 
@@ -89,14 +91,17 @@ def compute(encoder: FrozenEncoder, data, mesh, batch_size: int, path: str = "",
     tmp = f"{path}.tmp-{os.getpid()}"
     raw = _open_memmap(tmp, shape, np.dtype(np.uint16) if dtype.itemsize == 2 else dtype)
     feats = raw.view(dtype) if dtype.itemsize == 2 else raw
-  else:
-    feats = np.empty(shape, dtype)
+  else:  # On the device of a one-device mesh (no host copy), else on the host.
+    rows = parallel.Rows(n, shape[1:], dtype, mesh)
   fn, enc = _forward(mesh), parallel.put_replicated(encoder, mesh)
   start = 0
   for _, out, valid in parallel.map_batches(lambda b: fn(enc, b), data, batch_size=batch_size,
                                             mesh=mesh, desc=desc):
     k = int(valid.sum())
-    feats[start:start + k] = out[valid]
+    if path:
+      feats[start:start + k] = out[valid]
+    else:
+      rows.add(out[valid])
     start += k
   if path:
     raw.flush()
@@ -104,6 +109,8 @@ def compute(encoder: FrozenEncoder, data, mesh, batch_size: int, path: str = "",
     os.replace(tmp, path)
     raw = np.load(path, mmap_mode="r")
     feats = raw.view(dtype) if dtype.itemsize == 2 else raw
+  else:
+    feats = rows.data
   return Features(feats, data.attention_mask, data.labels)
 
 

@@ -31,7 +31,7 @@ def resident_table(data, mesh) -> dict | None:
   gathered rows are the same; padding rows differ only in content the loss
   masks out). Elsewhere, None: each process gathers its rows on the host.
   """
-  if not hasattr(data, "features") or mesh.size != 1 or jax.process_count() != 1:
+  if not vectorisable(data, mesh):
     return None
   return {k: jnp.asarray(v) for k, v in pipeline.columns(data).items()}
 
@@ -59,7 +59,7 @@ def predict(eval_fn, params, encoder: FrozenEncoder, data, mesh, batch_size: int
 def vectorisable(data, mesh) -> bool:
   """Whether probes can train together on `data`: cached features resident on the one
   device of one process (elsewhere each probe trains in turn)."""
-  return hasattr(data, "features") and resident_table(data, mesh) is not None
+  return hasattr(data, "features") and mesh.size == 1 and jax.process_count() == 1
 
 
 def _group_predict(eval_fn, params, table: dict, batch_size: int) -> list[np.ndarray]:
@@ -152,8 +152,13 @@ def fit_many(name: str, probe: nn.Module, encoder: FrozenEncoder, tx, cfgs: list
                                                                                encoder))
     epoch_batches = lambda e, s0: device_batches(train_data, table, cfg.batch_size, mesh,
                                                  seed=cfg.seed, epoch=e, start=s0)
-    predict_all = lambda st: [predict(eval_fn, st.params, encoder, eval_data, mesh,
-                                      cfg.eval_batch_size)]
+    eval_table = resident_table(eval_data, mesh)
+    if eval_table is None:
+      predict_all = lambda st: [predict(eval_fn, st.params, encoder, eval_data, mesh,
+                                        cfg.eval_batch_size)]
+    else:  # Cached eval features on the device: batches gathered there.
+      predict_all = lambda st: _group_predict(lambda p, b: eval_fn(p, b, encoder)[None],
+                                              st.params, eval_table, cfg.eval_batch_size)
     row = lambda st, p: st
   else:
     state = _stack(states)

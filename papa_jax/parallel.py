@@ -4,9 +4,11 @@ loop over global batches that every forward-only pass uses (`map_batches`).
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable, Iterator
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from absl import logging
 from jax.flatten_util import ravel_pytree
@@ -168,3 +170,31 @@ def _fetch(step: int, out: Any, valid: np.ndarray, prog: Progress | None):
   if prog is not None:
     prog.update(int(valid.sum()))
   return step, host, valid
+
+
+class Rows:
+  """Per-example rows `[N, ...]` filled batch by batch, in order.
+
+  On a one-device, one-process mesh they fill a device array in place (a
+  donated update), so the rows exist once, where training reads them, with no
+  host copy (the feature cache of a CPU run is the largest thing it holds);
+  elsewhere a host array (every process gathers its own batches on the host).
+  """
+
+  def __init__(self, n: int, row_shape: tuple, dtype, mesh: Mesh):
+    self.on_device = mesh.size == 1 and jax.process_count() == 1
+    make = jnp.zeros if self.on_device else np.empty
+    self.data = make((n, *row_shape), dtype)
+    self.filled = 0
+
+  def add(self, rows: np.ndarray) -> None:
+    if self.on_device:
+      self.data = _update_rows(self.data, jnp.asarray(rows), self.filled)
+    else:
+      self.data[self.filled:self.filled + len(rows)] = rows
+    self.filled += len(rows)
+
+
+@functools.partial(jax.jit, donate_argnums=0)
+def _update_rows(data: jax.Array, rows: jax.Array, start) -> jax.Array:
+  return jax.lax.dynamic_update_slice_in_dim(data, rows.astype(data.dtype), start, 0)

@@ -29,6 +29,7 @@ import numpy as np
 from absl import logging
 
 from papa_jax import parallel, preemption, resume
+from papa_jax.data import pipeline
 from papa_jax.models.config import EncoderConfig
 from papa_jax.models.encoder import Capture, Encoder, EncoderOutput
 
@@ -111,7 +112,7 @@ class Totals:
   weights: dict[str, np.ndarray]
   examples: int = 0
   next_batch: int = 0
-  rows: np.ndarray | None = None
+  rows: Any = None  # Host or (one-device meshes) device array: `parallel.Rows`.
 
   def means(self, empty: float = np.nan) -> dict[str, np.ndarray]:
     """`sum w x / sum w` per statistic; `empty` where the weight sum is 0."""
@@ -159,7 +160,8 @@ def sum_pass(stats_fn: StatsFn, capture: Capture, config: EncoderConfig, params:
       on a preemption request).
     desc: progress label.
     rows_fn: `(outs, batch) -> [B, ...]`, per-example rows to keep (only in
-      single-process runs from batch 0; `Totals.rows`, padding removed).
+      single-process runs from batch 0; `Totals.rows`, padding removed, on the device
+      of a one-device mesh: `parallel.Rows`).
   """
   saved = resume.load(partial, run_key)
   totals = Totals({}, {}) if saved is None else Totals.from_arrays(saved.arrays, saved.position)
@@ -170,13 +172,16 @@ def sum_pass(stats_fn: StatsFn, capture: Capture, config: EncoderConfig, params:
     rows_fn = None
   fn = compiled(config, capture, stats_fn, mesh, rows_fn)
   params = parallel.put_replicated(tuple(params), mesh)
-  rows = []
+  rows = None
   for step, out, valid in parallel.map_batches(
       lambda b: fn(params, b), data, batch_size=batch_size, mesh=mesh,
       start=totals.next_batch, desc=desc):
     sums, batch_rows = out if rows_fn is not None else (out, None)
     if batch_rows is not None:
-      rows.append(batch_rows[valid])
+      if rows is None:
+        rows = parallel.Rows(pipeline.num_rows(data), batch_rows.shape[1:], batch_rows.dtype,
+                             mesh)
+      rows.add(batch_rows[valid])
     _add(totals, sums)
     totals.next_batch = step + 1
     stop = preemption.should_stop()
@@ -185,8 +190,8 @@ def sum_pass(stats_fn: StatsFn, capture: Capture, config: EncoderConfig, params:
       resume.save(partial, run_key, totals.next_batch, totals.arrays())
     if stop:
       raise preemption.Preempted(f"{desc or 'pass'}: stopped after batch {totals.next_batch}.")
-  if rows:
-    totals.rows = np.concatenate(rows)
+  if rows is not None:
+    totals.rows = rows.data
   return totals
 
 

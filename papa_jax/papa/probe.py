@@ -180,6 +180,8 @@ def _run(setup: Setup) -> list[dict]:
   done, rows = finished_runs(setup), []
   for variant, name, k in runs(setup):
     rows.extend(probe_runs(setup, variant, name, k, rankings[name], done))
+    if k == 0:  # Only the baseline reuses the means pass's features: free them.
+      setup.baseline_train_features = None
   meta = dict(config=setup.config.to_dict(), seeds=list(setup.seeds),
               label_names=list(setup.task.label_names), model_fingerprint=setup.model_fingerprint,
               input_files=setup.file_hashes(), **workdir.provenance())
