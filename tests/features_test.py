@@ -84,6 +84,7 @@ def cached_small(minilm, small):
   mesh = parallel.make_mesh(1)  # Probes train together on one device.
   ftr, fev = features.compute(encoder, tr, mesh, 16), features.compute(encoder, ev, mesh, 16)
   assert fitting.vectorisable(ftr, mesh) and fitting.vectorisable(fev, mesh)
+  assert isinstance(ftr.features, jax.Array)  # Held once, on the device.
   return task, encoder, mesh, ftr, fev
 
 
@@ -171,3 +172,15 @@ def test_probes_at_different_points_resume_in_groups(minilm, cached_small, group
   assert not (tmp_path / "p44").exists()
   for one, together in zip(fitting.fit_many(*args), group_run):
     _assert_same(one, together)
+
+
+def test_rows_fill_a_device_array_on_one_device_and_a_host_array_elsewhere():
+  """`parallel.Rows`: the same rows either way; on one device no host copy exists."""
+  rows = np.arange(5 * 3, dtype=np.float32).reshape(5, 3)
+  for n_dev, on_device in ((1, True), (len(jax.devices()), len(jax.devices()) == 1)):
+    buf = parallel.Rows(5, (3,), "bfloat16", parallel.make_mesh(n_dev))
+    assert buf.on_device == on_device
+    buf.add(rows[:2])
+    buf.add(rows[2:])
+    assert isinstance(buf.data, jax.Array) == on_device
+    np.testing.assert_array_equal(np.asarray(buf.data, np.float32), rows)
