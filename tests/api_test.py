@@ -1,4 +1,5 @@
-"""The notebook API: the README's snippet runs as written; results load back."""
+"""The notebook API: the snippets of the README and docs/context_mixing.md run as written;
+results load back."""
 
 import os
 import re
@@ -12,14 +13,18 @@ from papa_jax.papa import means as means_lib
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-@pytest.mark.parametrize("section, printed", [
-    ("## Quick example", "(6, 12, 32, 32) (4, 32, 384) (4, 12, 32, 32)"),
-    ("## Context mixing beyond attention", "(2, 6, 16, 16) (2, 6, 16, 16)")])
-def test_api_readme_snippet_runs_as_written(minilm, capsys, section, printed):
+@pytest.mark.parametrize("path, section, printed", [
+    ("README.md", "## Quick example", "(6, 12, 32, 32) (4, 32, 384) (4, 12, 32, 32)"),
+    ("docs/context_mixing.md", "# Context mixing beyond attention",
+     "(2, 6, 16, 16) (2, 6, 16, 16)")])
+def test_api_readme_snippet_runs_as_written(minilm, capsys, path, section, printed):
+  """The first python block after `section` in `path` runs and prints what it says."""
   del minilm
-  readme = open(os.path.join(ROOT, "README.md")).read()
-  code = re.search(r"```python\n(.*?)```", readme[readme.index(section):], re.S).group(1)
-  exec(compile(code, "README.md", "exec"), {})  # pylint: disable=exec-used
+  with open(os.path.join(ROOT, path), encoding="utf-8") as f:
+    text = f.read()
+  code = re.search(r"```python\n(.*?)```", text[text.index(section):], re.S).group(1)
+  assert printed in code, f"{path}: the snippet no longer shows what it prints"
+  exec(compile(code, path, "exec"), {})  # pylint: disable=exec-used
   assert capsys.readouterr().out.strip() == printed
 
 
