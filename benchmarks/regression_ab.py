@@ -19,8 +19,9 @@ times every workload `--repeats` times, alternating them:
              extras (what the pass did at 12dd926; HF sums only A)
 
 Prints examples/s (median over every timed call), the spread of the rounds'
-medians, user CPU seconds per example (all threads), and each side's ratio to
-HF as the median over rounds of per-round ratios. CPU float32.
+medians, user CPU milliseconds per example (all threads; steadier than wall time
+when other jobs share the cores), and each side's ratio to HF as the median over
+rounds of per-round ratios. CPU float32.
 """
 
 from __future__ import annotations
