@@ -83,3 +83,37 @@ def test_mixing_benchmark_runs_each_side_at_tiny_size(impl, minilm):
   r = mixing_bench.one(impl, "alti", batch=2, length=12, repeats=1)
   assert r["sentences"] == 2 and r["s_per_sentence"] > 0
   assert r["peak_rss_mb"] >= r["rss_before_mb"] > 0
+
+
+@pytest.mark.parametrize("side", ["new", "hf"])
+def test_regression_ab_child_times_every_workload_at_tiny_size(side, minilm, monkeypatch):
+  """One side's process of the two-commit A/B, at batch 2, forward length 16, means length 8."""
+  del minilm  # Skips when the packaged MiniLM is absent.
+  import os  # pylint: disable=import-outside-toplevel
+  import sys  # pylint: disable=import-outside-toplevel
+  from benchmarks import regression_ab  # pylint: disable=import-outside-toplevel
+  monkeypatch.setenv("PAPA_CPU_TUNING", "off")  # The child applies the tree's settings.
+  monkeypatch.setattr(sys, "path", list(sys.path))  # It puts its tree first.
+  r = regression_ab.child(side, regression_ab.ROOT, [8], repeats=2, batch=2, fwd_length=16)
+  want = ["forward", "means8"] + (["means8_a"] if side == "new" else [])
+  assert list(r["results"]) == want  # The raw pass also sums the extras: "_a" without.
+  for times in r["results"].values():
+    assert len(times["wall"]) == len(times["user"]) == 2 and min(times["wall"]) > 0
+  assert r["xla_flags"] == os.environ.get("XLA_FLAGS", "")
+
+
+def test_regression_ab_table_ratios_are_per_round_medians():
+  from benchmarks import regression_ab  # pylint: disable=import-outside-toplevel
+  run = lambda **walls: dict(results={k: dict(wall=[w], user=[w / 2])  # noqa: E731
+                                      for k, w in walls.items()})
+  runs = dict(hf=[run(forward=0.1), run(forward=0.2), run(forward=0.4)],
+              old=[run(forward=0.1), run(forward=0.1), run(forward=0.1)],
+              new=[run(forward=0.05, forward_a=0.1), run(forward=0.05, forward_a=0.1),
+                   run(forward=0.4, forward_a=0.1)])
+  lines = regression_ab.table(runs, dict(hf="HF", old="A", new="B"))
+  # B's per-round ratios to HF are 2, 4 and 1: median 2, where the ratio of the medians
+  # (0.2 / 0.05) would say 4. "_a" rows are compared with HF's plain workload.
+  assert lines[2:] == ["| forward | HF | 5.0 | 2.5-10.0 | 100.00 | 1.00 |",
+                       "| forward | A | 10.0 | 10.0-10.0 | 50.00 | 2.00 |",
+                       "| forward | B | 20.0 | 2.5-20.0 | 25.00 | 2.00 |",
+                       "| forward_a | B | 10.0 | 10.0-10.0 | 50.00 | 2.00 |"]

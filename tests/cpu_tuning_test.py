@@ -24,6 +24,12 @@ def _cpuinfo(tmp_path, flags: str) -> str:
     ("avx2 fma avx512f avx512bw", "avx512"),
     ("avx2 avx512f avx512_bf16 amx_bf16", "avx512_bf16"),
     ("sse4_2", "other"),
+    # AMD EPYC Zen 4 (the 2026-12-02 record's machine: AVX-512 with BF16, no AMX) and the
+    # Intel Xeon with AMX that later sessions ran on: one kind, so the same settings.
+    ("avx avx2 fma avx512f avx512dq avx512cd avx512bw avx512vl avx512ifma avx512vbmi "
+     "avx512_bf16 clzero avx512_vbmi2 avx512_vnni avx512_bitalg avx512_vpopcntdq", "avx512_bf16"),
+    ("avx avx2 fma avx512f avx512dq avx512cd avx512bw avx512vl avx_vnni avx512_bf16 "
+     "avx512_vnni avx512_fp16 amx_bf16 amx_tile amx_int8", "avx512_bf16"),
 ])
 def test_cpu_info_reads_model_flags_and_kind(tmp_path, flags, kind):
   info = cpu_tuning.cpu_info(_cpuinfo(tmp_path, flags))
