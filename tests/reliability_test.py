@@ -396,3 +396,19 @@ def test_invalid_launcher_config_flags_fail(flag, message, tmp_path):
   assert out.returncode != 0
   assert message in out.stderr
   assert not (tmp_path / "w").exists()  # Nothing was written.
+
+
+@pytest.mark.parametrize("traceback", [False, True])
+def test_invalid_input_is_one_line_without_a_traceback(traceback, tmp_path):
+  """A bad input (here: no data) ends the launcher with status 1 and one line naming it; the
+  traceback only with PAPA_TRACEBACK=1."""
+  env = dict(_env(), PAPA_SHARED=str(tmp_path / "nowhere"))
+  if traceback:
+    env["PAPA_TRACEBACK"] = "1"
+  out = subprocess.run([sys.executable, MAIN,
+                        "--config=" + os.path.join(ROOT, "configs", "quickstart.py"),
+                        f"--workdir={tmp_path / 'w'}"], capture_output=True, text=True,
+                       timeout=300, env=env)
+  assert out.returncode == 1, out.stderr[-3000:]
+  assert "DataError: Data dir" in out.stderr and "lacks 'train.tsv'" in out.stderr
+  assert ("Traceback (most recent call last)" in out.stderr) == traceback
