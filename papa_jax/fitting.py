@@ -44,9 +44,14 @@ def device_batches(data, table: dict | None, batch_size: int, mesh, *, seed: int
                                   start=start):
       yield parallel.put_batch(pipeline.host_slice(batch), mesh)
     return
-  order = pipeline.epoch_order(pipeline.num_rows(data), shuffle=True, seed=seed, epoch=epoch)
-  for idx in pipeline.batch_indices(order, batch_size)[start:]:
+  for idx in _epoch_batches(pipeline.num_rows(data), batch_size, seed, epoch)[start:]:
     yield take(table, jnp.asarray(idx, jnp.int32))
+
+
+def _epoch_batches(n: int, batch_size: int, seed: int, epoch: int) -> list[np.ndarray]:
+  """The row indices of one epoch's shuffled batches (the last padded with -1)."""
+  return pipeline.batch_indices(
+      pipeline.epoch_order(n, shuffle=True, seed=seed, epoch=epoch), batch_size)
 
 
 def predict(eval_fn, params, encoder: FrozenEncoder, data, mesh, batch_size: int) -> np.ndarray:
@@ -59,7 +64,7 @@ def predict(eval_fn, params, encoder: FrozenEncoder, data, mesh, batch_size: int
 def vectorisable(data, mesh) -> bool:
   """Whether probes can train together on `data`: cached features resident on the one
   device of one process (elsewhere each probe trains in turn)."""
-  return hasattr(data, "features") and mesh.size == 1 and jax.process_count() == 1
+  return hasattr(data, "features") and parallel.one_device(mesh)
 
 
 def _group_predict(eval_fn, params, table: dict, batch_size: int) -> list[np.ndarray]:
@@ -172,8 +177,7 @@ def fit_many(name: str, probe: nn.Module, encoder: FrozenEncoder, tx, cfgs: list
     row = _row
 
     def epoch_batches(e: int, s0: int):
-      per = [pipeline.batch_indices(pipeline.epoch_order(n, shuffle=True, seed=c.seed, epoch=e),
-                                    cfg.batch_size) for c in cfgs]
+      per = [_epoch_batches(n, cfg.batch_size, c.seed, e) for c in cfgs]
       for i in range(s0, steps_per_epoch):
         yield jnp.asarray(np.stack([b[i] for b in per]), jnp.int32)
 

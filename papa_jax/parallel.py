@@ -172,6 +172,11 @@ def _fetch(step: int, out: Any, valid: np.ndarray, prog: Progress | None):
   return step, host, valid
 
 
+def one_device(mesh: Mesh) -> bool:
+  """Whether `mesh` is a single device of a single process (arrays can stay resident there)."""
+  return mesh.size == 1 and jax.process_count() == 1
+
+
 class Rows:
   """Per-example rows `[N, ...]` filled batch by batch, in order.
 
@@ -182,7 +187,7 @@ class Rows:
   """
 
   def __init__(self, n: int, row_shape: tuple, dtype, mesh: Mesh):
-    self.on_device = mesh.size == 1 and jax.process_count() == 1
+    self.on_device = one_device(mesh)
     make = jnp.zeros if self.on_device else np.empty
     self.data = make((n, *row_shape), dtype)
     self.filled = 0
