@@ -23,7 +23,6 @@ import numpy as np
 from papa_jax import config_schema, convert, input_files, parallel, storage, tokenization
 from papa_jax import workdir
 from papa_jax import data as data_lib
-from papa_jax.convert import checkpoint_io
 from papa_jax.errors import ConfigError
 from papa_jax.layout import Layout
 
@@ -162,7 +161,8 @@ class Setup:
     out = {s: data_lib.source_record(self.config.data, s, known.get(s))
            for s in self.sources(self.inputs)}
     out["model"] = input_files.source_record(
-        model_files(self.model.model_dir), known.get("model"), fingerprint=self.model_fingerprint)
+        model_files(self.config.model.name, self.model.tokenizer_dir), known.get("model"),
+        fingerprint=self.model_fingerprint)
     return out
 
   def file_hashes(self, sources: tuple[str, ...] | None = None) -> dict[str, dict[str, str]]:
@@ -186,8 +186,9 @@ class Setup:
     return self.fingerprint(config_schema.PAPA_GROUPS, ("train", "eval"), **unit)
 
 
-def model_files(model_dir: str) -> list[str]:
-  """The files a model is read from: config.json, its weights and its tokenizer files."""
-  tokenizer = [os.path.join(model_dir, n) for n in tokenization.TOKENIZER_FILES]
-  return ([os.path.join(model_dir, "config.json")] + checkpoint_io.weight_files(model_dir)
-          + [p for p in tokenizer if os.path.isfile(p)])
+def model_files(name_or_path: str, tokenizer_dir: str = "") -> list[str]:
+  """The files a model is read from: config.json and its weights (or its ONNX file), and
+  its tokenizer files (from `tokenizer_dir`, else beside the model)."""
+  folder = tokenizer_dir or convert.locate(name_or_path)[1]
+  tokenizer = [os.path.join(folder, n) for n in tokenization.TOKENIZER_FILES]
+  return convert.source_files(name_or_path) + [p for p in tokenizer if os.path.isfile(p)]

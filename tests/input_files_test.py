@@ -11,6 +11,7 @@ import pytest
 from configs import quickstart
 from papa_jax import input_files, registry, run, stage, workdir
 from papa_jax.papa import means as means_lib
+from tests import testing
 from tests.testing import require_shared, tiny_config
 
 
@@ -192,3 +193,18 @@ def test_finetune_partial_sums_are_keyed_by_the_other_models_file_content(tmp_pa
     f.seek(-1, os.SEEK_END)
     f.write(bytes([last[0] ^ 1]))  # One bit of the last weight.
   assert key() != before
+
+
+def test_model_files_are_what_the_model_is_read_from(tmp_path):
+  """config.json and weights for a Hugging Face folder; the .onnx file for an ONNX export
+  (no config.json, no safetensors: a run on one used to fail binding its inputs)."""
+  hf = require_shared("fixtures", "tiny-random", "bert", "BertModel")  # No tokenizer files.
+  assert stage.model_files(str(hf)) == [str(hf / "config.json"), str(hf / "model.safetensors")]
+  onnx_dir = testing.require_model("minilm_l3")
+  tokenizer = [os.path.join(onnx_dir, n) for n in (
+      "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt")]
+  c = tiny_config(tmp_path, **{"model.name": onnx_dir})
+  bound = stage.Setup(c, str(tmp_path / "wd")).input_sources["model"]["files"]
+  assert sorted(bound) == sorted([os.path.join(onnx_dir, "paraphrase-MiniLM-L3-v2.onnx"),
+                                  *tokenizer])
+  assert sorted(stage.model_files(str(hf), tokenizer_dir=onnx_dir)[2:]) == sorted(tokenizer)

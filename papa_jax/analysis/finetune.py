@@ -83,7 +83,7 @@ class Finetune(per_head.PerHeadAnalysis):
   def key(self, setup: Setup) -> dict:
     """The other model by the content of its files: partial sums of other weights are
     never resumed."""
-    files = model_files(convert.resolve_model_dir(self.other_model))
+    files = model_files(self.other_model)
     return dict(other=self.other_model,
                 other_files=input_files.content(input_files.source_record(files)))
 

@@ -21,6 +21,7 @@ import numpy as np
 
 from papa_jax import tokenization, workdir
 from papa_jax.convert import fetch
+from papa_jax.convert import checkpoint_io
 from papa_jax.convert.checkpoint_io import read_state_dict
 from papa_jax.convert.hf_config import encoder_config_from_hf, read_config_json, shared_layers
 from papa_jax.convert.hf_params import params_from_state_dict
@@ -178,6 +179,23 @@ def params_fingerprint(config: EncoderConfig, params) -> str:
   return h.hexdigest()[:16]
 
 
+def locate(name_or_path: str) -> tuple[str | None, str]:
+  """(the ONNX file, or None; the model directory) that `load_pretrained` reads."""
+  path = onnx_file(name_or_path) if name_or_path.lower().endswith(".onnx") else None
+  model_dir = resolve_model_dir(name_or_path) if path is None else ""
+  path = path or onnx_file(model_dir)  # A folder (or ladder key) holding one .onnx file.
+  return path, (os.path.dirname(os.path.abspath(path)) if path else model_dir)
+
+
+def source_files(name_or_path: str) -> list[str]:
+  """The files `load_pretrained(name_or_path)` reads the architecture and weights from:
+  config.json and the weight files, or the ONNX file."""
+  path, model_dir = locate(name_or_path)
+  if path is not None:
+    return [path]
+  return [os.path.join(model_dir, "config.json")] + checkpoint_io.weight_files(model_dir)
+
+
 def load_pretrained(name_or_path: str, compute_dtype: str | None = None,
                     tokenizer_dir: str | None = None) -> Pretrained:
   """Loads config and weights; no torch needed for safetensors or ONNX checkpoints.
@@ -187,13 +205,10 @@ def load_pretrained(name_or_path: str, compute_dtype: str | None = None,
   tokenizer files from another directory (an ONNX export carries none; by
   default they are read next to the model).
   """
-  path = onnx_file(name_or_path) if name_or_path.lower().endswith(".onnx") else None
-  model_dir = source = resolve_model_dir(name_or_path) if path is None else ""
-  path = path or onnx_file(model_dir)  # A folder (or ladder key) holding one .onnx file.
-  layer_groups = None
+  path, model_dir = locate(name_or_path)
+  source, layer_groups = path or model_dir, None
   if path is not None:
     config, state = read_onnx(path, name=name_or_path)
-    model_dir, source = os.path.dirname(os.path.abspath(path)), path
   else:
     hf_cfg = read_config_json(model_dir)
     config = encoder_config_from_hf(hf_cfg, name=name_or_path)
