@@ -58,10 +58,17 @@ EXTRAS = {
         # Drives the system Chromium (apt) for the explorer's browser test; its
         # own browser downloads are never used.
         "playwright>=1.45",
+        # gs:// workdirs end to end against a local GCS emulator (tests/gcs_emulator_test.py);
+        # pinned: the test fills one gap of this version (a response header).
+        "gcsfs>=2024.2",
+        "gcp-storage-emulator==2026.7.19",
     ],
     # Loading BERT encoders exported to ONNX (papa_jax/convert/onnx_import.py); onnxruntime
     # runs the graph itself, to check a conversion against it.
     "onnx": ["onnx>=1.16", "onnxruntime>=1.18"],
+    # Workdirs on Google Cloud Storage (--workdir=gs://...): epath reaches gs:// through
+    # gcsfs when TensorFlow is not installed; orbax's tensorstore needs nothing more.
+    "gcs": ["gcsfs>=2024.2"],
 }
 
 setuptools.setup(

@@ -16,67 +16,16 @@ import time
 import numpy as np
 import pytest
 
+from tests.launcher import MAIN, ROOT
+from tests.launcher import kill_when as _kill_when
+from tests.launcher import launcher_env as _env
+from tests.launcher import quickstart_args as _args
+from tests.launcher import results as _results
+from tests.launcher import run as _run
+from tests.launcher import signal_when as _signal_when
 from tests.testing import require_shared
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-MAIN = os.path.join(ROOT, "launch", "main.py")
-
 pytestmark = pytest.mark.slow  # Whole runs in subprocesses, several processes at once.
-
-
-def _args(workdir, tfds_dir, extra=()):
-  """A quickstart-sized run small enough for CI, slow enough to kill mid-stage."""
-  return [sys.executable, MAIN, "--config=" + os.path.join(ROOT, "configs", "quickstart.py"),
-          f"--workdir={workdir}",
-          f"--config.data.data_dir={require_shared('data', 'sst2')}",
-          "--config.data.max_length=32", "--config.data.max_train_examples=480",
-          "--config.data.max_eval_examples=64", "--config.run.batch_size=16",
-          "--config.run.checkpoint_every_batches=3", "--config.papa.fractions=(0.0,1.0)",
-          "--config.probe.cache_features=False", "--config.probe.encoder_dropout=True",
-          "--config.probe.feature_dtype=float32", "--config.probe.epochs=3",
-          "--config.run.log_every_steps=10", *extra]
-
-
-def _env(devices=1):
-  return dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
-              PYTHONUNBUFFERED="1", HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
-
-
-def _run(args, timeout=600, env=None):
-  out = subprocess.run(args, capture_output=True, text=True, timeout=timeout, env=env or _env())
-  assert out.returncode == 0, out.stderr[-4000:]
-  return out
-
-
-def _signal_when(args, path, sig=signal.SIGKILL, timeout=300, env=None):
-  """Starts the run, sends `sig` as soon as `path` exists; returns (status, log)."""
-  with tempfile.TemporaryFile("w+") as log:
-    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=log, text=True,
-                            env=env or _env())
-    t0 = time.time()
-    while not os.path.exists(path):
-      if proc.poll() is not None:
-        log.seek(0)
-        raise AssertionError(f"run ended before {path} appeared:\n{log.read()[-3000:]}")
-      if time.time() - t0 > timeout:
-        proc.kill()
-        raise AssertionError(f"{path} never appeared")
-      time.sleep(0.05)
-    proc.send_signal(sig)
-    proc.wait(timeout=timeout)
-    log.seek(0)
-    return proc.returncode, log.read()
-
-
-def _kill_when(args, path, timeout=300, env=None):
-  """Starts the run and SIGKILLs it as soon as `path` exists."""
-  return _signal_when(args, path, signal.SIGKILL, timeout, env)[0]
-
-
-def _results(workdir):
-  with open(os.path.join(workdir, "results.json")) as f:
-    res = json.load(f)
-  return [(r["variant"], r["static_heads"], r["score"], r["best_score"]) for r in res["rows"]], res
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,139 @@
+"""The whole pipeline on a `gs://` workdir served by a local GCS emulator (no network).
+
+The in-memory fake of `tests/storage_test.py` reaches only what goes through
+`epath`; orbax writes checkpoint arrays through tensorstore, which speaks GCS's
+JSON API itself. Here both talk HTTP to `gcp-storage-emulator`: gcsfs through
+`STORAGE_EMULATOR_HOST`, tensorstore through `TENSORSTORE_GCS_HTTP_URL`, as
+each library documents for testing. The launcher runs in subprocesses, as a
+user starts it.
+
+One gap of the emulator is filled here: GCS answers a media download with the
+object's generation in an `x-goog-generation` header, which tensorstore reads
+(and rejects as a malformed generation when absent); the emulator omits it.
+The emulator also ignores preconditions (`ifGenerationMatch`), which a single
+writer per object, as here, does not need.
+"""
+
+import contextlib
+import importlib
+import json
+import signal
+import socket
+import subprocess
+import time
+import urllib.parse
+import urllib.request
+
+import pytest
+
+from tests.launcher import launcher_env, quickstart_args, results, run, signal_when
+
+pytestmark = pytest.mark.slow  # Whole runs in subprocesses.
+
+BUCKET = "bucket"
+# Sorting and two probes (all heads input-dependent, half constant), each saving an
+# orbax checkpoint per epoch: 30 steps of 16 examples.
+EXTRA = ("--config.papa.fractions=(0.0,0.5)", "--config.sort.epochs=2",
+         "--config.sort.max_train_examples=160")
+
+
+@pytest.fixture(scope="module")
+def emulator():
+  """A GCS emulator on a free local port with an empty bucket; yields its URL."""
+  pytest.importorskip("gcsfs", reason="gs:// workdirs need gcsfs: pip install -e '.[test]'")
+  server_lib = pytest.importorskip(
+      "gcp_storage_emulator.server", reason="needs gcp-storage-emulator: pip install -e '.[test]'")
+  objects = importlib.import_module("gcp_storage_emulator.handlers.objects")
+  download = objects.download
+
+  def download_with_generation(request, response, storage, *args, **kwargs):
+    download(request, response, storage, *args, **kwargs)
+    with contextlib.suppress(Exception):  # A missing object: download said so.
+      obj = storage.get_file_obj(request.params["bucket_name"], request.params["object_id"])
+      response["x-goog-generation"] = obj["generation"]
+      response["x-goog-metageneration"] = obj["metageneration"]
+
+  objects.download = download_with_generation  # `objects.get` looks it up per call.
+  with socket.socket() as s:
+    s.bind(("localhost", 0))
+    port = s.getsockname()[1]
+  server = server_lib.create_server("localhost", port, in_memory=True, default_bucket=BUCKET)
+  server.start()
+  try:
+    yield f"http://localhost:{port}"
+  finally:
+    server.stop()
+    objects.download = download
+
+
+def _env(url: str) -> dict:
+  return dict(launcher_env(), STORAGE_EMULATOR_HOST=url, TENSORSTORE_GCS_HTTP_URL=url,
+              GOOGLE_AUTH_TOKEN_FOR_TESTING="emulator")
+
+
+def _objects(url: str, prefix: str) -> list[str]:
+  """Names of the objects under `prefix`, as the emulator lists them."""
+  query = urllib.parse.urlencode(dict(prefix=prefix))
+  with urllib.request.urlopen(f"{url}/storage/v1/b/{BUCKET}/o?{query}") as r:
+    return [o["name"] for o in json.load(r).get("items", [])]
+
+
+def _object_url(url: str, name: str) -> str:
+  return f"{url}/storage/v1/b/{BUCKET}/o/{urllib.parse.quote(name, safe='')}"
+
+
+def _read(url: str, name: str) -> bytes:
+  with urllib.request.urlopen(_object_url(url, name) + "?alt=media") as r:
+    return r.read()
+
+
+def _delete(url: str, name: str) -> None:
+  urllib.request.urlopen(urllib.request.Request(_object_url(url, name), method="DELETE")).close()
+
+
+def test_pipeline_on_gcs_resumes_after_sigkill_like_a_local_run(tmp_path, emulator, minilm):
+  del minilm
+  local = tmp_path / "local"
+  run(quickstart_args(str(local), str(tmp_path / "tfds"), EXTRA))
+  env = _env(emulator)
+  args = quickstart_args(f"gs://{BUCKET}/wd", str(tmp_path / "tfds"), EXTRA)
+  step60 = "wd/probe/raw_k0_s42/checkpoints/60/commit_success.txt"
+
+  # 1. Killed in the baseline probe's third epoch, after its epoch-2 checkpoint committed.
+  status, _ = signal_when(args, lambda: step60 in _objects(emulator, "wd/probe/"), env=env)
+  assert status == -signal.SIGKILL
+  names = _objects(emulator, "wd/")
+  # The sorting run finished on gs:// (2 epochs of 10 steps, an orbax step each) and ranked
+  # the heads as the local run did.
+  assert "wd/sort/checkpoints/20/commit_success.txt" in names
+  assert json.loads(_read(emulator, "wd/sort/sorted_heads.json")) == json.loads(
+      (local / "sort" / "sorted_heads.json").read_text())
+  assert "wd/results.json" not in names and "wd/.lock" in names  # Died holding its lease.
+
+  # 2. The dead run's lease refuses a new run, naming the holder, until it is stale.
+  held = json.loads(_read(emulator, "wd/.lock"))
+  out = subprocess.run(args, capture_output=True, text=True, timeout=300, env=env)
+  assert out.returncode == 1, out.stderr[-3000:]
+  assert f"in use by another run (host {held['host']}, pid {held['pid']}" in out.stderr
+
+  # 3. A kill while orbax wrote step 60: on GCS a step counts once its commit_success.txt
+  # is there (no rename), so without it the step is not resumed from.
+  _delete(emulator, step60)
+  time.sleep(2)
+  out = run([*args, "--config.run.lease_stale_seconds=1"], env=env)
+  assert "Taking over the stale lease" in out.stderr
+  assert "resumed after epoch 1" in out.stderr  # Step 30, not the uncommitted step 60.
+
+  # 4. Same scores as the local run; the lease is gone.
+  got = json.loads(_read(emulator, "wd/results.json"))
+  ref_rows, _ = results(str(local))
+  assert [(r["variant"], r["static_heads"], r["score"], r["best_score"])
+          for r in got["rows"]] == ref_rows
+  assert "wd/.lock" not in _objects(emulator, "wd/")
+
+  # 5. An analysis stage and the explorer read that workdir and write beside it.
+  run([*args, "--config.stage=effective", "--config.effective.max_examples=16"], env=env)
+  run([*args, "--config.stage=explore"], env=env)
+  names = _objects(emulator, "wd/")
+  assert {"wd/effective/stats.json", "wd/effective/stats.csv", "wd/explorer.html"} <= set(names)
+  assert json.loads(_read(emulator, "wd/effective/stats.json"))
