@@ -257,7 +257,7 @@ def _caveats(results: list[dict], averages: list[dict], corr: dict, multi: dict,
 
 
 def _count_intervals(results: list[dict], averages: list[dict], corr: dict,
-                     controls: list[dict]) -> dict:
+                     controls: list[dict], tested: list[dict]) -> dict:
   """How many intervals report.md prints, by table (undefined ones are not intervals)."""
   shown = lambda ci: ci is not None and all(map(math.isfinite, ci))
   return dict(
@@ -266,6 +266,7 @@ def _count_intervals(results: list[dict], averages: list[dict], corr: dict,
       baseline_vs_constant=sum(bool(r["check"]) and shown(r["check"]["diff_ci"])
                                for r in results),
       averages=sum(shown(a["ci"]) for a in averages),
+      claims=sum(shown(c["ci"]) for c in tested[:2]),  # Averages over all cells.
       correlation=sum(shown(c["ci"]) for c in corr.values()),
       controls=sum(shown(x["ci"]) for c in controls for x in c["vs_random"] + c["vs_uniform"]))
 
@@ -289,7 +290,8 @@ def analyse(experiments: Sequence[Experiment], *, n_boot: int = uncertainty.N_BO
     x.update(holm_p=p, verdict_adjusted="undefined" if p is None else
              x["verdict"] if p < 1 - level else "within noise")
   corr = report_claims.correlations(results, reps, level)
-  multi.update(intervals=_count_intervals(results, averages, corr, controls),
+  tested = report_claims.claims(results, reps, corr, level)
+  multi.update(intervals=_count_intervals(results, averages, corr, controls, tested),
                n_control_tests=len(rows))
   return dict(
       settings=dict(n_boot=n_boot, level=level, method="percentile", seed=seed,
@@ -297,7 +299,8 @@ def analyse(experiments: Sequence[Experiment], *, n_boot: int = uncertainty.N_BO
                     "replacement, the same for every condition of a task; probe seeds with "
                     "replacement, independently per condition; metric recomputed per "
                     "resample, averaged over the drawn seeds"),
-      paper_claims=list(PAPER_CLAIMS), experiments=results, model_averages=averages,
+      paper_claims=list(PAPER_CLAIMS), claims=tested, experiments=results,
+      model_averages=averages,
       correlation=corr, controls=controls, multiplicity=multi,
       caveats=_caveats(results, averages, corr, multi, level),
       warnings=[w for r in results for w in r["warnings"]])

@@ -28,6 +28,7 @@ import numpy as np
 from papa_jax import rank_agreement, significance, uncertainty
 
 PAPER_ALL_HEADS_DROP = 0.08  # Hassid et al. 2022: about 8% with every head constant.
+HALF_HEADS_MARGIN = 0.02  # "Almost no drop" with half the heads constant: below 2%.
 
 
 def constant_prediction(task, labels: np.ndarray) -> tuple[str, float, np.ndarray] | None:
@@ -80,6 +81,30 @@ def _variants(names) -> list[str]:
   return sorted(set(names), key=lambda v: (v != "raw", v))
 
 
+def _average(rows: list[tuple[str, float, np.ndarray | None]], level: float) -> dict:
+  """The mean of relative drops `(name, drop, replicates)` with the interval of the
+  per-replicate means (None when a drop has no replicates)."""
+  out = dict(mean_relative_drop=float(np.mean([x for _, x, _ in rows])), ci=None,
+             p_value=None, within_noise=None)
+  if all(d is not None and np.all(np.isfinite(d)) for _, _, d in rows):
+    mean = np.mean([d for _, _, d in rows], 0)
+    ci = uncertainty.percentile_interval(mean, level)
+    out.update(ci=ci, p_value=significance.bootstrap_p_value(mean),
+               within_noise=bool(ci[0] <= 0.0 <= ci[1]))
+  return out
+
+
+def _drops(results: list[dict], reps: list[dict], variant: str, which: str,
+           model: str | None = None) -> list[tuple[str, float, np.ndarray | None]]:
+  """(cell, relative drop, replicates) of every informative cell (of `model`) with a
+  defined drop for `variant` with all or half ("which") the heads constant."""
+  return [(f"{r['model']}/{r['task']}", s[which]["relative_drop"],
+           d["drops"].get((variant, s[which]["static_heads"])))
+          for r, d in zip(results, reps) if informative(r) and model in (None, r["model"])
+          for s in r["summary"]
+          if s["variant"] == variant and s[which] and _finite(s[which].get("relative_drop"))]
+
+
 def model_averages(results: list[dict], reps: list[dict], level: float) -> list[dict]:
   """Per model, variant and (all, half): the relative drop averaged over informative tasks.
 
@@ -88,27 +113,63 @@ def model_averages(results: list[dict], reps: list[dict], level: float) -> list[
   """
   out = []
   for model in dict.fromkeys(r["model"] for r in results):
-    mine = [(r, d["drops"]) for r, d in zip(results, reps) if r["model"] == model
-            and informative(r)]
-    for v in _variants(s["variant"] for r, _ in mine for s in r["summary"]):
+    mine = [r for r in results if r["model"] == model and informative(r)]
+    for v in _variants(s["variant"] for r in mine for s in r["summary"]):
       for which in ("all", "half"):
-        rows = [(r["task"], s[which]["relative_drop"], d.get((v, s[which]["static_heads"])))
-                for r, d in mine for s in r["summary"]
-                if s["variant"] == v and s[which] and _finite(s[which].get("relative_drop"))]
+        rows = _drops(results, reps, v, which, model)
         if not rows:
           continue
-        row = dict(model=model, variant=v, heads=which, tasks=[t for t, _, _ in rows],
-                   mean_relative_drop=float(np.mean([x for _, x, _ in rows])), ci=None,
-                   p_value=None, within_noise=None, vs_paper=None)
-        if all(d is not None and np.all(np.isfinite(d)) for _, _, d in rows):
-          mean = np.mean([d for _, _, d in rows], 0)
-          ci = uncertainty.percentile_interval(mean, level)
-          row.update(ci=ci, p_value=significance.bootstrap_p_value(mean),
-                     within_noise=bool(ci[0] <= 0.0 <= ci[1]))
-          if which == "all":
-            row["vs_paper"] = ("above 8%" if ci[0] > PAPER_ALL_HEADS_DROP else "below 8%"
-                               if ci[1] < PAPER_ALL_HEADS_DROP else "8% inside the interval")
+        row = dict(model=model, variant=v, heads=which,
+                   tasks=[c.split("/", 1)[1] for c, _, _ in rows], **_average(rows, level),
+                   vs_paper=None)
+        if which == "all" and row["ci"] is not None:
+          ci = row["ci"]
+          row["vs_paper"] = ("above 8%" if ci[0] > PAPER_ALL_HEADS_DROP else "below 8%"
+                             if ci[1] < PAPER_ALL_HEADS_DROP else "8% inside the interval")
         out.append(row)
+  return out
+
+
+def claims(results: list[dict], reps: list[dict], corr: dict, level: float) -> list[dict]:
+  """The paper's three claims tested on the informative cells (PAPA's raw constants), each
+  with its estimate, interval, n and a verdict: supported, contradicted, within noise (the
+  interval cannot tell) or not tested.
+
+  All heads constant, "about 8%": the mean relative drop over cells; supported when its
+  interval holds 8% and excludes 0, contradicted when it excludes 8%. Half the heads,
+  "almost no drop": supported when the interval lies below `HALF_HEADS_MARGIN`,
+  contradicted when above it. Better models lose more: Spearman's rho (`correlations`);
+  supported when its interval lies above 0, contradicted when below.
+  """
+  out = []
+  for which, claim, measure in (
+      ("all", "All heads constant: about 8% average relative drop.",
+       "mean relative drop over cells, all heads constant"),
+      ("half", "Half the heads constant: almost no drop.",
+       f"mean relative drop over cells, half the heads (almost none: below "
+       f"{100 * HALF_HEADS_MARGIN:.0f}%)")):
+    rows = _drops(results, reps, "raw", which)
+    row = dict(claim=claim, measure=measure, n=len(rows), cells=[c for c, _, _ in rows],
+               estimate=None, ci=None, verdict="not tested")
+    if rows:
+      avg = _average(rows, level)
+      row.update(estimate=avg["mean_relative_drop"], ci=avg["ci"])
+      lo, hi = avg["ci"] or (None, None)
+      if lo is not None and which == "all":
+        row["verdict"] = ("contradicted" if not lo <= PAPER_ALL_HEADS_DROP <= hi else
+                          "supported" if lo > 0 else "within noise")
+      elif lo is not None:
+        row["verdict"] = ("supported" if hi < HALF_HEADS_MARGIN else "contradicted"
+                          if lo > HALF_HEADS_MARGIN else "within noise")
+    out.append(row)
+  c = corr.get("raw") or dict(n=0, rho=None, ci=None, verdict="not tested", pairs=[])
+  verdict = dict(positive="supported", negative="contradicted").get(
+      c["verdict"], "within noise" if c["verdict"] == "within noise" else "not tested")
+  out.append(dict(claim="Better-performing models lose more.",
+                  measure="Spearman's rho of baseline against relative drop (all heads)",
+                  n=c["n"], cells=[f"{p['model']}/{p['task']}" for p in c.get("pairs", [])],
+                  estimate=c["rho"], ci=c["ci"], verdict=verdict,
+                  note=c.get("note", "")))
   return out
 
 

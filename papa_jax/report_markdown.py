@@ -47,11 +47,11 @@ def _drop(c: dict | None, n_boot: int = 0) -> str:
   """A relative drop with its interval; the verdict is the printed interval's."""
   if c is None or "relative_drop" not in c:
     return "–"
-  if not math.isfinite(c["relative_drop"]):
+  if c["relative_drop"] is None or not math.isfinite(c["relative_drop"]):  # NaN; JSON: null.
     return "undefined (baseline <= 0)"
   ci = c.get("relative_drop_ci")
   text = _num(c["relative_drop"], pct=True)
-  if ci is not None and not all(map(math.isfinite, ci)):
+  if ci is not None and not all(x is not None and math.isfinite(x) for x in ci):
     return text + (f" [undefined: baseline <= 0 in {c.get('undefined_resamples')} of "
                    f"{n_boot} resamples]")
   if ci is not None:
@@ -91,7 +91,8 @@ def _multiplicity(report: dict, lv: str) -> list[str]:
   return [
       f"**How many intervals.** report.md prints {sum(n.values())} {lv} intervals: "
       f"{n['relative_drops']} relative drops (main table), {n['averages']} per-model "
-      f"averages, {n['baseline_vs_constant']} baseline − constant differences, "
+      f"averages, {n.get('claims', 0)} averages over all cells (the paper's claims), "
+      f"{n['baseline_vs_constant']} baseline − constant differences, "
       f"{n['correlation']} rank correlations and {n['controls']} control differences. Each "
       f"is a per-interval statement: of many drops that are truly 0, about "
       f"{100 - 100 * st['level']:.0f}% of the intervals exclude 0 by chance, so with many "
@@ -115,6 +116,27 @@ def _multiplicity(report: dict, lv: str) -> list[str]:
       "correlations), resampled on the same dev examples, lies above 0. Other cells are "
       "marked *uninformative* and tabled but never counted. A relative drop whose baseline "
       "is <= 0 on the dev set or in any resample is *undefined*, never within noise."]
+
+
+def claims_table(report: dict) -> list[str]:
+  """The paper's three claims (Hassid et al., Findings of EMNLP 2022), each with its
+  estimate on the informative cells, interval, n and verdict (`report_claims.claims`)."""
+  lv = f"{100 * report['settings']['level']:.0f}%"
+  lines = [
+      "What Hassid et al. (Findings of EMNLP 2022) report, tested on the informative cells "
+      "with PAPA's constants: *supported* when the interval agrees with the claim and "
+      "excludes the alternative (0 for the 8% drop, a drop of 2% or more for 'almost none', "
+      "rho <= 0 for the correlation), *contradicted* when it excludes the claim, *within "
+      "noise* when it cannot tell. The averages weigh every cell alike; their intervals "
+      "average the per-replicate drops.", "",
+      f"| claim | measured as | n cells | estimate [{lv}] | verdict |", "|---|---|---|---|---|"]
+  for c in report.get("claims", []):
+    pct = c["claim"].startswith(("All", "Half"))
+    est = "–" if c["estimate"] is None else _num(c["estimate"], pct) + (
+        "" if c["ci"] is None else f" [{_num(c['ci'][0], pct)}, {_num(c['ci'][1], pct)}]")
+    verdict = c["note"] if c["verdict"] == "not tested" and c.get("note") else c["verdict"]
+    lines.append(f"| {c['claim']} | {c['measure']} | {c['n']} | {est} | **{verdict}** |")
+  return lines
 
 
 def markdown(report: dict, figures: dict[str, str] | None = None) -> str:
@@ -143,9 +165,7 @@ def markdown(report: dict, figures: dict[str, str] | None = None) -> str:
     lines.append(f"| {r['model']} | {r['task']} | {r['metric']} | {r['n_examples'] or '–'} | "
                  f"{r['train_examples'] or '–'} | {', '.join(map(str, r['seeds'])) or '–'} | "
                  + " | ".join(_check(r)) + " |")
-  lines += ["", "## The paper's reference claims", "",
-            "What Hassid et al. (Findings of EMNLP 2022) report, to compare the tables with "
-            "(no verdict is implied here):", ""] + [f"- {c}" for c in report["paper_claims"]]
+  lines += ["", "## The paper's claims, tested", ""] + claims_table(report)
   lines += ["", "## Baseline, all heads and half heads constant", "",
             "| model | task | constant attention | baseline | all heads | relative drop "
             f"[{lv}] | Holm p | half heads | relative drop [{lv}] | Holm p |",
@@ -274,3 +294,30 @@ def csv_rows(report: dict) -> list[dict]:
                        source=c["source"]))
   return [{k: "" if v is None or (isinstance(v, float) and not math.isfinite(v)) else v
            for k, v in row.items()} for row in rows]
+
+
+def readme_block(report: dict, provenance: list[str], limits: list[str], figure: str) -> str:
+  """The README's recorded-suite section: where it comes from, the cells, the main table,
+  the paper's claims with verdicts, the curves, and what the numbers cannot show."""
+  st = report["settings"]
+  lv = f"{100 * st['level']:.0f}%"
+  nb = st["n_boot"]
+  lines = list(provenance) + [
+      "", f"| model | task | metric | train examples | dev N | seeds | baseline | all heads "
+      f"constant | relative drop [{lv}] | half heads | relative drop [{lv}] | in the claims |",
+      "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+  for r in report["experiments"]:
+    for s in r["summary"]:
+      if s["variant"] != "raw":
+        continue
+      lines.append(
+          f"| {r['model']} | {r['task']} | {r['metric']} | {r['train_examples'] or '–'} | "
+          f"{r['n_examples'] or '–'} | {', '.join(map(str, r['seeds'])) or '–'} | "
+          f"{_score(r['baseline'])} | {_score(s['all'])} | {_drop(s['all'], nb)} | "
+          f"{_score(s['half'])} | {_drop(s['half'], nb)} | {_check(r)[2]} |")
+  lines += ["", f"![PAPA curves with error bands]({figure})", "",
+            "**The paper's claims at this size.** " + claims_table(report)[0]]
+  lines += [""] + claims_table(report)[2:]
+  lines += ["", "**What these numbers cannot show.**", ""] + [f"- {x}" for x in limits] + [
+      f"- {c}" for c in report["caveats"]]
+  return "\n".join(lines) + "\n"

@@ -61,8 +61,9 @@ def test_undefined_drops_are_never_within_noise(tmp_path):
   row = _md_row(md, "| w | cola | raw |")
   assert "[undefined: baseline <= 0 in" in row[5] and "within noise" not in row[5]
   assert "0 of 1 relative drops in the main table" in md  # Only a/sst2 is counted.
-  assert "prints 5 95% intervals: 1 relative drops (main table), 1 per-model averages, 3 " \
-      "baseline − constant differences" in md  # The undefined drops are not intervals.
+  assert "prints 6 95% intervals: 1 relative drops (main table), 1 per-model averages, 1 " \
+      "averages over all cells (the paper's claims), 3 baseline − constant differences" in md
+  # (The undefined drops are not intervals.)
   assert "never counted as within noise) for: m/cola; w/cola." in md
   rows = list(csv.DictReader(open(paths["csv"])))
   assert {r["within_noise"] for r in rows if r["task"] == "cola" and r["static_heads"] != "0"} \
@@ -156,3 +157,52 @@ def test_correlation_is_spearman_over_informative_cells_with_its_interval(claims
   assert four["verdict"] == "not tested" and four["rho"] is None
   assert "Not tested: n = 4 informative (model, task) pairs < 5." in report.analyse(
       good[:4], n_boot=50)["caveats"][0]
+
+
+def _claim_cell(drop_all, drop_half, reps_all, reps_half):
+  """A minimal informative cell for `report_claims.claims` (4 heads: half is 2)."""
+  r = dict(model=f"m{drop_all}", task="sst2", check=dict(informative=True),
+           summary=[dict(variant="raw", all=dict(relative_drop=drop_all, static_heads=4),
+                         half=dict(relative_drop=drop_half, static_heads=2))])
+  return r, dict(drops={("raw", 4): np.asarray(reps_all), ("raw", 2): np.asarray(reps_half)})
+
+
+@pytest.mark.parametrize("all_reps,half_reps,rho_verdict,want", [
+    ([0.05, 0.07, 0.09, 0.11], [0.0, 0.005, 0.01, 0.015], "positive",
+     ("supported", "supported", "supported")),  # 8% inside, 0 outside; half below 2%.
+    ([0.00, 0.01, 0.02, 0.03], [0.02, 0.03, 0.04, 0.05], "negative",
+     ("contradicted", "contradicted", "contradicted")),  # 8% outside; half above 2%.
+    ([-0.02, 0.03, 0.07, 0.12], [0.0, 0.01, 0.02, 0.03], "within noise",
+     ("within noise", "within noise", "within noise")),  # 0 and 8% inside; 2% inside.
+])
+def test_paper_claims_verdicts_follow_their_intervals(all_reps, half_reps, rho_verdict, want):
+  from papa_jax import report_claims  # pylint: disable=import-outside-toplevel
+  cells = [_claim_cell(float(np.mean(all_reps)), float(np.mean(half_reps)), all_reps,
+                       half_reps)]
+  corr = {"raw": dict(n=5, rho=0.3, ci=(-0.1, 0.7), verdict=rho_verdict, pairs=[])}
+  got = report_claims.claims([c for c, _ in cells], [d for _, d in cells], corr, 0.95)
+  assert tuple(c["verdict"] for c in got) == want
+  lo, hi = uncertainty.percentile_interval(np.asarray(all_reps), 0.95)
+  assert got[0]["ci"] == (lo, hi) and got[0]["n"] == 1
+  none = report_claims.claims([], [], {"raw": dict(n=3, rho=None, ci=None,
+                                                   verdict="not tested", note="n = 3 < 5")},
+                              0.95)
+  assert [c["verdict"] for c in none] == ["not tested"] * 3
+
+
+def test_claims_average_informative_cells_like_the_oracle(claims):
+  good, _, rep, md = claims
+  want = _oracle(good)
+  mean = np.mean([w["samples"]["relative_drop"] for w in want], 0)
+  first = rep["claims"][0]
+  assert first["n"] == 5 and "chance/sst2" not in first["cells"]  # Uninformative: left out.
+  assert first["estimate"] == pytest.approx(np.mean([w["relative_drop"] for w in want]))
+  assert first["ci"] == uncertainty.percentile_interval(mean, 0.95)
+  lo, hi = first["ci"]
+  assert first["verdict"] == ("supported" if lo > 0 and lo <= 0.08 <= hi else
+                              "contradicted" if not lo <= 0.08 <= hi else "within noise")
+  assert rep["claims"][1]["verdict"] == "not tested"  # No half-heads condition was run.
+  assert rep["claims"][2]["verdict"] == "supported"  # rho's interval lies above 0.
+  row = _md_row(md, "| All heads constant", "The paper's claims, tested")
+  assert row[2:] == ["5", f"{100 * first['estimate']:.2f}% [{100 * lo:.2f}%, {100 * hi:.2f}%]",
+                     f"**{first['verdict']}**"]

@@ -1,0 +1,64 @@
+"""The README's recorded-suite section, regenerated from a suite workdir's report."""
+
+import json
+import os
+
+import pytest
+
+from papa_jax import report, report_readme
+from tests.report_claims_test import N_BOOT, _claims_suite
+
+
+@pytest.fixture
+def suite_dir(tmp_path):
+  """A suite workdir: two finished cells (results.json, a probe result) and its report."""
+  good, _ = _claims_suite()
+  cells = good[:2]
+  for i, e in enumerate(cells):
+    cell = tmp_path / "suite" / f"{e.model}__{e.task.name}"
+    (cell / "probe" / "raw_k0_s0").mkdir(parents=True)
+    (cell / "probe" / "raw_k0_s0" / "result.json").write_text("{}")
+    (cell / "results.json").write_text(json.dumps(dict(
+        git_revision=f"{i}abcdef0123", devices=1,
+        cpu=dict(model="Test CPU", kind="avx2"),
+        config=dict(probe=dict(learning_rate=2e-5, epochs=15),
+                    sort=dict(max_train_examples=-1)))))
+  report.write_report(cells, str(tmp_path / "suite" / "report"), n_boot=N_BOOT)
+  return tmp_path / "suite"
+
+
+def test_readme_section_is_regenerated_between_its_markers_only(suite_dir, tmp_path):
+  readme = tmp_path / "README.md"
+  before, after = "# Title\n\ntext before\n\n", "\n\n## Next\n\ntext after\n"
+  readme.write_text(before + report_readme.BEGIN + "\nhand-written, stale\n"
+                    + report_readme.END + after)
+  figure = tmp_path / "docs" / "figures" / "suite_curves.png"
+  block = report_readme.write(str(suite_dir), str(readme), str(figure))
+  text = readme.read_text()
+  assert text == before + report_readme.BEGIN + "\n" + block + report_readme.END + after
+  assert "hand-written" not in text
+  assert figure.read_bytes() == (suite_dir / "report" / "curves.png").read_bytes()
+  assert "](docs/figures/suite_curves.png)" in block
+  # Provenance from the cells: both revisions, the CPU, the cell count; the claims table
+  # and the recipe from the cells' configs.
+  assert "2 cells: m0, m1 × sst2" in block and "code at 0abcdef, 1abcdef" in block
+  assert "Test CPU (avx2, 1 device(s))" in block and f"B = {N_BOOT} bootstrap" in block
+  assert "| All heads constant: about 8% average relative drop. |" in block
+  assert "learning rate 2e-05, 15 epochs, the sorting run on all examples" in block
+  assert "m0 (4 heads), m1 (4 heads)" in block
+  report_readme.write(str(suite_dir), str(readme), str(figure))
+  assert readme.read_text() == text  # Regenerating is idempotent.
+
+
+@pytest.mark.parametrize("text", ["no markers\n", f"{report_readme.END}\n{report_readme.BEGIN}\n",
+                                  f"{report_readme.BEGIN}\n{report_readme.BEGIN}\n"
+                                  f"{report_readme.END}\n"])
+def test_readme_without_one_pair_of_markers_is_refused(text):
+  with pytest.raises(ValueError, match="must hold one <!-- suite-report:begin --> line"):
+    report_readme.splice(text, "block", "README.md")
+
+
+def test_the_repository_readme_has_the_section_markers():
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  with open(os.path.join(root, "README.md"), encoding="utf-8") as f:
+    report_readme.splice(f.read(), "x")
