@@ -17,7 +17,16 @@ import os
 import shutil
 from typing import IO, Any, Iterator
 
+import fsspec
 from etils import epath
+
+# Other processes (hosts, suite shards) write the same workdir. gcsfs and s3fs keep every
+# folder listing forever by default and answer `exists` and a file's size from it, so a
+# lease or results.json another process wrote after a listing looked absent, or was read
+# cut to its old size (a truncated lease reads as none: a live run's lease taken over).
+# Ask the store each time (fsspec applies this to each new filesystem of the protocol).
+for _protocol in ("gs", "gcs", "s3", "s3a"):
+  fsspec.config.conf.setdefault(_protocol, {}).setdefault("use_listings_cache", False)
 
 
 class WriteError(OSError):

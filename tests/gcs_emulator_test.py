@@ -26,9 +26,8 @@ import urllib.request
 
 import pytest
 
+from papa_jax import lease, storage, workdir
 from tests.launcher import launcher_env, quickstart_args, results, run, signal_when
-
-pytestmark = pytest.mark.slow  # Whole runs in subprocesses.
 
 BUCKET = "bucket"
 # Sorting and two probes (all heads input-dependent, half constant), each saving an
@@ -91,6 +90,46 @@ def _delete(url: str, name: str) -> None:
   urllib.request.urlopen(urllib.request.Request(_object_url(url, name), method="DELETE")).close()
 
 
+@pytest.fixture
+def gs_here(emulator, monkeypatch):
+  """This process's `gs://` (epath, gcsfs) on the emulator, with fresh filesystem objects."""
+  gcsfs = pytest.importorskip("gcsfs")
+  from etils.epath import backend  # pylint: disable=import-outside-toplevel
+  monkeypatch.setenv("STORAGE_EMULATOR_HOST", emulator)
+  cache = backend.fsspec_backend._get_filesystem  # pylint: disable=protected-access
+  cache.cache_clear()
+  gcsfs.GCSFileSystem.clear_instance_cache()
+  yield
+  cache.cache_clear()
+  gcsfs.GCSFileSystem.clear_instance_cache()
+
+
+def _upload(url: str, name: str, data: bytes) -> None:
+  """Stores an object as another process would: straight to the emulator."""
+  query = urllib.parse.urlencode(dict(uploadType="media", name=name))
+  urllib.request.urlopen(urllib.request.Request(
+      f"{url}/upload/storage/v1/b/{BUCKET}/o?{query}", data=data, method="POST",
+      headers={"Content-Type": "application/octet-stream"})).close()
+
+
+def test_objects_another_process_wrote_after_a_listing_are_seen_whole(emulator, gs_here):
+  """gcsfs caches folder listings forever by default: a lease or results.json written by
+  another host after this process listed the folder looked absent, or was read cut to the
+  size the listing had (a truncated lease reads as none, so a live lease was taken over)."""
+  wd = f"gs://{BUCKET}/shared/cell"
+  storage.put(f"{wd}/results.json", b"{}")
+  assert storage.listdir(wd) == ["results.json"]  # Listed, as a suite lists its cells.
+  holder = dict(host="other", pid=7, started="t", token="x", heartbeat=time.time())
+  _upload(emulator, "shared/cell/.lock", json.dumps(holder).encode())
+  _upload(emulator, "shared/cell/results.json", b'{"rows": [1, 2, 3]}')
+  assert storage.exists(f"{wd}/.lock") and lease.read(f"{wd}/.lock") == holder
+  assert storage.read_text(f"{wd}/results.json") == '{"rows": [1, 2, 3]}'
+  with pytest.raises(workdir.WorkdirLocked, match="host other, pid 7"):
+    with workdir.lock(wd, stale_seconds=60):
+      pass
+
+
+@pytest.mark.slow  # Whole runs in subprocesses.
 def test_pipeline_on_gcs_resumes_after_sigkill_like_a_local_run(tmp_path, emulator, minilm):
   del minilm
   local = tmp_path / "local"
