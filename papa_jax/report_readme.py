@@ -1,7 +1,7 @@
 """The README's recorded-suite section, generated from a suite's report, never by hand.
 
   python -m papa_jax.report_readme SUITE_WORKDIR [--readme README.md] \
-      [--figure docs/figures/suite_curves.png]
+      [--figure docs/figures/suite_curves.png] [--command "python launch/main.py ..."]
 
 Reads SUITE_WORKDIR/report/report.json (the data of its report.md) and each
 cell's results.json (code revision, CPU, recipe), replaces the text between the
@@ -89,13 +89,18 @@ def limits(report: dict, cells: list[tuple[str, dict]]) -> list[str]:
       "compared, on other models and sizes."]
 
 
-def write(path: str, readme: str, figure: str) -> str:
-  """Regenerates the README section from the suite workdir `path`; returns the block."""
+def write(path: str, readme: str, figure: str, commands: tuple[str, ...] = ()) -> str:
+  """Regenerates the README section from the suite workdir `path`; returns the block.
+
+  `commands`: the commands that ran the suite, shown as given."""
   report_dir = Layout(path).report_dir
   report = workdir.read_json(os.path.join(report_dir, "report.json"))
   cells = _cells(path, report)
   rel = os.path.relpath(figure, os.path.dirname(os.path.abspath(readme)))
-  block = readme_block(report, provenance(path, report, cells), limits(report, cells), rel)
+  head = provenance(path, report, cells)
+  if commands:
+    head += ["", "```bash", *commands, "```"]
+  block = readme_block(report, head, limits(report, cells), rel)
   with open(readme, encoding="utf-8") as f:
     text = splice(f.read(), block, readme)
   os.makedirs(os.path.dirname(os.path.abspath(figure)), exist_ok=True)
@@ -110,8 +115,10 @@ def main(argv: list[str] | None = None) -> None:
   p.add_argument("suite_workdir")
   p.add_argument("--readme", default="README.md")
   p.add_argument("--figure", default=os.path.join("docs", "figures", "suite_curves.png"))
+  p.add_argument("--command", action="append", default=[],
+                 help="A command that ran the suite, shown in the section (repeatable).")
   a = p.parse_args(argv)
-  write(a.suite_workdir, a.readme, a.figure)
+  write(a.suite_workdir, a.readme, a.figure, tuple(a.command))
 
 
 if __name__ == "__main__":

@@ -48,6 +48,10 @@ def test_readme_section_is_regenerated_between_its_markers_only(suite_dir, tmp_p
   assert "m0 (4 heads), m1 (4 heads)" in block
   report_readme.write(str(suite_dir), str(readme), str(figure))
   assert readme.read_text() == text  # Regenerating is idempotent.
+  report_readme.main([str(suite_dir), "--readme", str(readme), "--figure", str(figure),
+                      "--command", "python launch/main.py --config=configs/suite.py:x"])
+  assert "```bash\npython launch/main.py --config=configs/suite.py:x\n```" in \
+      readme.read_text()
 
 
 @pytest.mark.parametrize("text", ["no markers\n", f"{report_readme.END}\n{report_readme.BEGIN}\n",
