@@ -149,8 +149,13 @@ def claims(results: list[dict], reps: list[dict], corr: dict, level: float) -> l
        f"mean relative drop over cells, half the heads (almost none: below "
        f"{100 * HALF_HEADS_MARGIN:.0f}%)")):
     rows = _drops(results, reps, "raw", which)
+    # A drop undefined in some resamples (baseline <= 0 there) has no interval: left out.
+    left_out = [c for c, _, d in rows if d is None or not np.all(np.isfinite(d))]
+    rows = [x for x in rows if x[0] not in left_out]
     row = dict(claim=claim, measure=measure, n=len(rows), cells=[c for c, _, _ in rows],
-               estimate=None, ci=None, verdict="not tested")
+               estimate=None, ci=None, verdict="not tested",
+               note="" if rows else "no informative cell with a defined drop",
+               left_out=[f"{c} (relative drop undefined in some resamples)" for c in left_out])
     if rows:
       avg = _average(rows, level)
       row.update(estimate=avg["mean_relative_drop"], ci=avg["ci"])
@@ -169,7 +174,8 @@ def claims(results: list[dict], reps: list[dict], corr: dict, level: float) -> l
                   measure="Spearman's rho of baseline against relative drop (all heads)",
                   n=c["n"], cells=[f"{p['model']}/{p['task']}" for p in c.get("pairs", [])],
                   estimate=c["rho"], ci=c["ci"], verdict=verdict,
-                  note=c.get("note", "")))
+                  note=c.get("note", ""), left_out=[
+                      x for x in c.get("left_out", []) if "undefined" in x]))
   return out
 
 

@@ -129,13 +129,15 @@ def claims_table(report: dict) -> list[str]:
       "rho <= 0 for the correlation), *contradicted* when it excludes the claim, *within "
       "noise* when it cannot tell. The averages weigh every cell alike; their intervals "
       "average the per-replicate drops.", "",
-      f"| claim | measured as | n cells | estimate [{lv}] | verdict |", "|---|---|---|---|---|"]
+      f"| claim | measured as | n cells | estimate [{lv}] | verdict | left out (besides "
+      "uninformative cells) |", "|---|---|---|---|---|---|"]
   for c in report.get("claims", []):
     pct = c["claim"].startswith(("All", "Half"))
     est = "–" if c["estimate"] is None else _num(c["estimate"], pct) + (
         "" if c["ci"] is None else f" [{_num(c['ci'][0], pct)}, {_num(c['ci'][1], pct)}]")
     verdict = c["note"] if c["verdict"] == "not tested" and c.get("note") else c["verdict"]
-    lines.append(f"| {c['claim']} | {c['measure']} | {c['n']} | {est} | **{verdict}** |")
+    lines.append(f"| {c['claim']} | {c['measure']} | {c['n']} | {est} | **{verdict}** | "
+                 f"{'; '.join(c.get('left_out', [])) or '–'} |")
   return lines
 
 

@@ -205,4 +205,18 @@ def test_claims_average_informative_cells_like_the_oracle(claims):
   assert rep["claims"][2]["verdict"] == "supported"  # rho's interval lies above 0.
   row = _md_row(md, "| All heads constant", "The paper's claims, tested")
   assert row[2:] == ["5", f"{100 * first['estimate']:.2f}% [{100 * lo:.2f}%, {100 * hi:.2f}%]",
-                     f"**{first['verdict']}**"]
+                     f"**{first['verdict']}**", "–"]
+
+
+def test_a_drop_undefined_in_some_resamples_is_left_out_of_the_claims_averages():
+  """MCC 0.08 whose baseline is <= 0 in some resamples: its relative drop (here 80%) has
+  no interval and would swamp a mean over cells; it is named and left out."""
+  from papa_jax import report_claims  # pylint: disable=import-outside-toplevel
+  good = _claim_cell(0.02, 0.0, [0.01, 0.02, 0.03], [0.0, 0.0, 0.0])
+  shaky = _claim_cell(0.80, 0.3, [0.5, np.nan, 0.9], [0.1, np.nan, 0.4])
+  shaky[0]["model"] = "shaky"
+  got = report_claims.claims([good[0], shaky[0]], [good[1], shaky[1]], {}, 0.95)
+  for c in got[:2]:
+    assert c["n"] == 1 and c["cells"] == ["m0.02/sst2"] and c["ci"] is not None
+    assert c["left_out"] == ["shaky/sst2 (relative drop undefined in some resamples)"]
+  assert got[0]["estimate"] == pytest.approx(0.02)
