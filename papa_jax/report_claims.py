@@ -168,8 +168,8 @@ def claims(results: list[dict], reps: list[dict], corr: dict, level: float) -> l
                           if lo > HALF_HEADS_MARGIN else "within noise")
     out.append(row)
   c = corr.get("raw") or dict(n=0, rho=None, ci=None, verdict="not tested", pairs=[])
-  verdict = dict(positive="supported", negative="contradicted").get(
-      c["verdict"], "within noise" if c["verdict"] == "within noise" else "not tested")
+  verdict = {"positive": "supported", "negative": "contradicted",
+             "within noise": "within noise"}.get(c["verdict"], "not tested")
   out.append(dict(claim="Better-performing models lose more.",
                   measure="Spearman's rho of baseline against relative drop (all heads)",
                   n=c["n"], cells=[f"{p['model']}/{p['task']}" for p in c.get("pairs", [])],

@@ -317,9 +317,9 @@ def readme_block(report: dict, provenance: list[str], limits: list[str], figure:
           f"{r['n_examples'] or '–'} | {', '.join(map(str, r['seeds'])) or '–'} | "
           f"{_score(r['baseline'])} | {_score(s['all'])} | {_drop(s['all'], nb)} | "
           f"{_score(s['half'])} | {_drop(s['half'], nb)} | {_check(r)[2]} |")
+  intro, _, *table = claims_table(report)
   lines += ["", f"![PAPA curves with error bands]({figure})", "",
-            "**The paper's claims at this size.** " + claims_table(report)[0]]
-  lines += [""] + claims_table(report)[2:]
+            "**The paper's claims at this size.** " + intro, "", *table]
   lines += ["", "**What these numbers cannot show.**", ""] + [f"- {x}" for x in limits] + [
       f"- {c}" for c in report["caveats"]]
   return "\n".join(lines) + "\n"

@@ -189,6 +189,7 @@ class Setup:
 def model_files(name_or_path: str, tokenizer_dir: str = "") -> list[str]:
   """The files a model is read from: config.json and its weights (or its ONNX file), and
   its tokenizer files (from `tokenizer_dir`, else beside the model)."""
-  folder = tokenizer_dir or convert.locate(name_or_path)[1]
+  files = convert.source_files(name_or_path)  # config.json or the .onnx file comes first.
+  folder = tokenizer_dir or os.path.dirname(files[0])
   tokenizer = [os.path.join(folder, n) for n in tokenization.TOKENIZER_FILES]
-  return convert.source_files(name_or_path) + [p for p in tokenizer if os.path.isfile(p)]
+  return files + [p for p in tokenizer if os.path.isfile(p)]

@@ -18,7 +18,6 @@ import contextlib
 import importlib
 import json
 import signal
-import socket
 import subprocess
 import time
 import urllib.parse
@@ -27,7 +26,15 @@ import urllib.request
 import pytest
 
 from papa_jax import lease, storage, workdir
-from tests.launcher import launcher_env, quickstart_args, results, run, signal_when
+from tests.launcher import (
+  free_port,
+  launcher_env,
+  quickstart_args,
+  result_rows,
+  results,
+  run,
+  signal_when,
+)
 
 BUCKET = "bucket"
 # Sorting and two probes (all heads input-dependent, half constant), each saving an
@@ -53,9 +60,7 @@ def emulator():
       response["x-goog-metageneration"] = obj["metageneration"]
 
   objects.download = download_with_generation  # `objects.get` looks it up per call.
-  with socket.socket() as s:
-    s.bind(("localhost", 0))
-    port = s.getsockname()[1]
+  port = free_port()
   server = server_lib.create_server("localhost", port, in_memory=True, default_bucket=BUCKET)
   server.start()
   try:
@@ -166,8 +171,7 @@ def test_pipeline_on_gcs_resumes_after_sigkill_like_a_local_run(tmp_path, emulat
   # 4. Same scores as the local run; the lease is gone.
   got = json.loads(_read(emulator, "wd/results.json"))
   ref_rows, _ = results(str(local))
-  assert [(r["variant"], r["static_heads"], r["score"], r["best_score"])
-          for r in got["rows"]] == ref_rows
+  assert result_rows(got) == ref_rows
   assert "wd/.lock" not in _objects(emulator, "wd/")
 
   # 5. An analysis stage and the explorer read that workdir and write beside it.

@@ -3,6 +3,7 @@
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -67,9 +68,21 @@ def kill_when(args, path, timeout=300, env=None):
   return signal_when(args, path, signal.SIGKILL, timeout, env)[0]
 
 
+def result_rows(res: dict) -> list[tuple]:
+  """(variant, static heads, score, best score) of every row of a results.json."""
+  return [(r["variant"], r["static_heads"], r["score"], r["best_score"]) for r in res["rows"]]
+
+
 def results(workdir):
   with open(os.path.join(workdir, "results.json")) as f:
     res = json.load(f)
-  return [(r["variant"], r["static_heads"], r["score"], r["best_score"]) for r in res["rows"]], res
+  return result_rows(res), res
+
+
+def free_port() -> int:
+  """A TCP port on localhost that nothing listens on now."""
+  with socket.socket() as s:
+    s.bind(("localhost", 0))
+    return s.getsockname()[1]
 
 

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from papa_jax import parallel, preemption
+from tests.launcher import free_port
 
 
 @pytest.fixture
@@ -68,15 +69,12 @@ print("never stopped", flush=True)
 def test_two_processes_stop_at_the_same_step_when_one_is_signalled(every, tmp_path):
   """SIGTERM to process 1 alone, the processes at different speeds: both stop at the same
   check (a multiple of `every`), by the all-gather of their flags."""
-  import socket
   import subprocess
   import sys
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   script = tmp_path / "agree.py"
   script.write_text(_AGREE.format(root=root))
-  with socket.socket() as s:
-    s.bind(("localhost", 0))
-    port = s.getsockname()[1]
+  port = free_port()
   env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=1")
   procs = [subprocess.Popen([sys.executable, str(script), str(pid), str(port), str(every)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)

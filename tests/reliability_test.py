@@ -7,7 +7,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -16,7 +15,7 @@ import time
 import numpy as np
 import pytest
 
-from tests.launcher import MAIN, ROOT
+from tests.launcher import MAIN, ROOT, free_port
 from tests.launcher import kill_when as _kill_when
 from tests.launcher import launcher_env as _env
 from tests.launcher import quickstart_args as _args
@@ -101,12 +100,6 @@ def test_resume_after_sigterm_in_means_and_mid_epoch(reference):
   assert _results(pre)[0] == _results(wd)[0]  # Scores identical to the uninterrupted run.
 
 
-def _free_port():
-  with socket.socket() as s:
-    s.bind(("localhost", 0))
-    return s.getsockname()[1]
-
-
 def test_multiprocess_means_equal_single_process(reference):
   """Two JAX processes (gloo on localhost), each reading its own data shard."""
   tmp, wd = reference
@@ -133,7 +126,7 @@ def _distributed(port: int, pid: int, n: int = 2) -> list[str]:
 
 def _run_two_processes(make_args) -> str:
   """Runs `make_args(pid, port)` as two JAX processes; returns process 1's log."""
-  port = _free_port()
+  port = free_port()
   procs = [subprocess.Popen(make_args(pid, port), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env=_env(devices=1)) for pid in range(2)]
   errs = []
@@ -246,7 +239,7 @@ def test_multiprocess_whole_pipeline_equals_single_process(tmp_path, minilm):
 def _two_processes_signal_one(make_args, path, target=1, timeout=600):
   """Runs `make_args(pid, port)` as two processes and sends SIGTERM to process `target`
   alone once `path` exists; returns (exit statuses, logs)."""
-  port = _free_port()
+  port = free_port()
   logs = [tempfile.TemporaryFile("w+") for _ in range(2)]
   procs = [subprocess.Popen(make_args(pid, port), stdout=subprocess.DEVNULL, stderr=logs[pid],
                             text=True, env=_env(devices=1)) for pid in range(2)]
