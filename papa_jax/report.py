@@ -266,7 +266,7 @@ def _count_intervals(results: list[dict], averages: list[dict], corr: dict,
       baseline_vs_constant=sum(bool(r["check"]) and shown(r["check"]["diff_ci"])
                                for r in results),
       averages=sum(shown(a["ci"]) for a in averages),
-      claims=sum(shown(c["ci"]) for c in tested[:2]),  # Averages over all cells.
+      claims=sum(shown(c["ci"]) for c in tested if c["key"] != "correlation"),
       correlation=sum(shown(c["ci"]) for c in corr.values()),
       controls=sum(shown(x["ci"]) for c in controls for x in c["vs_random"] + c["vs_uniform"]))
 

@@ -77,55 +77,81 @@ def _finite(x) -> bool:
   return x is not None and math.isfinite(x)
 
 
+def _no_interval(drop: float | None, reps: np.ndarray | None) -> str:
+  """Why a relative drop has no interval ("" when it has one)."""
+  if not _finite(drop):
+    return "relative drop undefined"
+  if reps is None:
+    return "relative drop without replicates"
+  return "" if np.all(np.isfinite(reps)) else "relative drop undefined in some resamples"
+
+
 def _variants(names) -> list[str]:
   return sorted(set(names), key=lambda v: (v != "raw", v))
 
 
-def _average(rows: list[tuple[str, float, np.ndarray | None]], level: float) -> dict:
+def _average(rows: list[tuple[str, float, np.ndarray]], level: float) -> dict:
   """The mean of relative drops `(name, drop, replicates)` with the interval of the
-  per-replicate means (None when a drop has no replicates)."""
-  out = dict(mean_relative_drop=float(np.mean([x for _, x, _ in rows])), ci=None,
-             p_value=None, within_noise=None)
-  if all(d is not None and np.all(np.isfinite(d)) for _, _, d in rows):
-    mean = np.mean([d for _, _, d in rows], 0)
-    ci = uncertainty.percentile_interval(mean, level)
-    out.update(ci=ci, p_value=significance.bootstrap_p_value(mean),
-               within_noise=bool(ci[0] <= 0.0 <= ci[1]))
-  return out
+  per-replicate means."""
+  mean = np.mean([d for _, _, d in rows], 0)
+  ci = uncertainty.percentile_interval(mean, level)
+  return dict(mean_relative_drop=float(np.mean([x for _, x, _ in rows])), ci=ci,
+              p_value=significance.bootstrap_p_value(mean),
+              within_noise=bool(ci[0] <= 0.0 <= ci[1]))
 
 
 def _drops(results: list[dict], reps: list[dict], variant: str, which: str,
-           model: str | None = None) -> list[tuple[str, float, np.ndarray | None]]:
-  """(cell, relative drop, replicates) of every informative cell (of `model`) with a
-  defined drop for `variant` with all or half ("which") the heads constant."""
-  return [(f"{r['model']}/{r['task']}", s[which]["relative_drop"],
-           d["drops"].get((variant, s[which]["static_heads"])))
-          for r, d in zip(results, reps) if informative(r) and model in (None, r["model"])
-          for s in r["summary"]
-          if s["variant"] == variant and s[which] and _finite(s[which].get("relative_drop"))]
+           model: str | None = None) -> tuple[list[tuple[str, float, np.ndarray]], list[str]]:
+  """The drops that may enter an average, and the ones left out, named with why.
+
+  Every informative cell (of `model`) with a defined drop for `variant` with all or half
+  ("which") the heads constant enters with its replicates, if the drop has an interval:
+  one undefined in some resamples (baseline <= 0 there), or without replicates, would
+  carry its point value alone into a mean whose interval then could not be drawn, so it is
+  left out (`_no_interval`: the one rule for per-model averages, the paper's claims and the
+  correlation).
+
+  Returns:
+    ([(cell, relative drop, replicates)], [left-out cell with its reason]).
+  """
+  rows, left_out = [], []
+  for r, d in zip(results, reps):
+    if not informative(r) or model not in (None, r["model"]):
+      continue
+    for s in r["summary"]:
+      c = s[which]
+      if s["variant"] != variant or not c:
+        continue
+      cell = f"{r['model']}/{r['task']}"
+      drop, dreps = c.get("relative_drop"), d["drops"].get((variant, c["static_heads"]))
+      if why := _no_interval(drop, dreps):
+        left_out.append(f"{cell} ({why})")
+      else:
+        rows.append((cell, drop, dreps))
+  return rows, left_out
 
 
 def model_averages(results: list[dict], reps: list[dict], level: float) -> list[dict]:
   """Per model, variant and (all, half): the relative drop averaged over informative tasks.
 
   The interval averages the per-replicate drops over tasks (tasks are resampled
-  independently); it is None when a task's drop has no replicates.
+  independently). A task whose drop has no interval is left out and named (`_drops`).
   """
   out = []
   for model in dict.fromkeys(r["model"] for r in results):
     mine = [r for r in results if r["model"] == model and informative(r)]
     for v in _variants(s["variant"] for r in mine for s in r["summary"]):
       for which in ("all", "half"):
-        rows = _drops(results, reps, v, which, model)
+        rows, left_out = _drops(results, reps, v, which, model)
         if not rows:
           continue
         row = dict(model=model, variant=v, heads=which,
                    tasks=[c.split("/", 1)[1] for c, _, _ in rows], **_average(rows, level),
-                   vs_paper=None)
-        if which == "all" and row["ci"] is not None:
-          ci = row["ci"]
-          row["vs_paper"] = ("above 8%" if ci[0] > PAPER_ALL_HEADS_DROP else "below 8%"
-                             if ci[1] < PAPER_ALL_HEADS_DROP else "8% inside the interval")
+                   vs_paper=None, left_out=left_out)
+        if which == "all":
+          lo, hi = row["ci"]
+          row["vs_paper"] = ("above 8%" if lo > PAPER_ALL_HEADS_DROP else "below 8%"
+                             if hi < PAPER_ALL_HEADS_DROP else "8% inside the interval")
         out.append(row)
   return out
 
@@ -148,34 +174,30 @@ def claims(results: list[dict], reps: list[dict], corr: dict, level: float) -> l
       ("half", "Half the heads constant: almost no drop.",
        f"mean relative drop over cells, half the heads (almost none: below "
        f"{100 * HALF_HEADS_MARGIN:.0f}%)")):
-    rows = _drops(results, reps, "raw", which)
-    # A drop undefined in some resamples (baseline <= 0 there) has no interval: left out.
-    left_out = [c for c, _, d in rows if d is None or not np.all(np.isfinite(d))]
-    rows = [x for x in rows if x[0] not in left_out]
-    row = dict(claim=claim, measure=measure, n=len(rows), cells=[c for c, _, _ in rows],
-               estimate=None, ci=None, verdict="not tested",
+    rows, left_out = _drops(results, reps, "raw", which)
+    row = dict(key=which, percent=True, claim=claim, measure=measure, n=len(rows),
+               cells=[c for c, _, _ in rows], estimate=None, ci=None, verdict="not tested",
                note="" if rows else "no informative cell with a defined drop",
-               left_out=[f"{c} (relative drop undefined in some resamples)" for c in left_out])
+               left_out=left_out)
     if rows:
       avg = _average(rows, level)
+      lo, hi = avg["ci"]
       row.update(estimate=avg["mean_relative_drop"], ci=avg["ci"])
-      lo, hi = avg["ci"] or (None, None)
-      if lo is not None and which == "all":
+      if which == "all":
         row["verdict"] = ("contradicted" if not lo <= PAPER_ALL_HEADS_DROP <= hi else
                           "supported" if lo > 0 else "within noise")
-      elif lo is not None:
+      else:
         row["verdict"] = ("supported" if hi < HALF_HEADS_MARGIN else "contradicted"
                           if lo > HALF_HEADS_MARGIN else "within noise")
     out.append(row)
   c = corr.get("raw") or dict(n=0, rho=None, ci=None, verdict="not tested", pairs=[])
   verdict = {"positive": "supported", "negative": "contradicted",
              "within noise": "within noise"}.get(c["verdict"], "not tested")
-  out.append(dict(claim="Better-performing models lose more.",
+  out.append(dict(key="correlation", percent=False, claim="Better-performing models lose more.",
                   measure="Spearman's rho of baseline against relative drop (all heads)",
                   n=c["n"], cells=[f"{p['model']}/{p['task']}" for p in c.get("pairs", [])],
                   estimate=c["rho"], ci=c["ci"], verdict=verdict,
-                  note=c.get("note", ""), left_out=[
-                      x for x in c.get("left_out", []) if "undefined" in x]))
+                  note=c.get("note", ""), left_out=c.get("undefined", [])))
   return out
 
 
@@ -223,7 +245,7 @@ def correlations(results: list[dict], reps: list[dict], level: float) -> dict:
   """
   out = {}
   for v in _variants(s["variant"] for r in results for s in r["summary"]):
-    pairs, left_out = [], []
+    pairs, left_out, undefined = [], [], []
     for r, d in zip(results, reps):
       for s in r["summary"]:
         c = s["all"]
@@ -235,17 +257,18 @@ def correlations(results: list[dict], reps: list[dict], level: float) -> dict:
           why = "uninformative" if r["check"] and r["check"]["informative"] is False else (
               "not checked")
           left_out.append(f"{cell} ({why})")
-        elif not _finite(c["relative_drop"]) or drop is None or not np.all(np.isfinite(drop)):
-          left_out.append(f"{cell} (relative drop undefined or without replicates)")
+        elif why := _no_interval(c["relative_drop"], drop):
+          undefined.append(f"{cell} ({why})")
         else:
           pairs.append((dict(model=r["model"], task=r["task"], metric=r["metric"],
                              baseline=r["baseline"]["mean"], relative_drop=c["relative_drop"],
                              relative_drop_ci=c.get("relative_drop_ci")), d["baseline"], drop))
+    left_out += undefined
     x = [p["baseline"] for p, _, _ in pairs]
     y = [p["relative_drop"] for p, _, _ in pairs]
     b = len(pairs[0][1]) if pairs else 0
     xr = np.stack([bx for _, bx, _ in pairs], 1) if pairs else np.zeros((b, 0))
     yr = np.stack([dy for _, _, dy in pairs], 1) if pairs else np.zeros((b, 0))
     out[v] = dict(significance.rank_correlation(x, y, xr, yr, level=level),
-                  pairs=[p for p, _, _ in pairs], left_out=left_out)
+                  pairs=[p for p, _, _ in pairs], left_out=left_out, undefined=undefined)
   return out

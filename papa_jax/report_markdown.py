@@ -132,7 +132,7 @@ def claims_table(report: dict) -> list[str]:
       f"| claim | measured as | n cells | estimate [{lv}] | verdict | left out (besides "
       "uninformative cells) |", "|---|---|---|---|---|---|"]
   for c in report.get("claims", []):
-    pct = c["claim"].startswith(("All", "Half"))
+    pct = c["percent"]
     est = "–" if c["estimate"] is None else _num(c["estimate"], pct) + (
         "" if c["ci"] is None else f" [{_num(c['ci'][0], pct)}, {_num(c['ci'][1], pct)}]")
     verdict = c["note"] if c["verdict"] == "not tested" and c.get("note") else c["verdict"]
@@ -194,10 +194,13 @@ def markdown(report: dict, figures: dict[str, str] | None = None) -> str:
                    + " | ".join(_score(by.get(lb)) for lb in labels) + " |")
   lines += ["", "## Average relative drop per model", "",
             "Averaged over the model's informative tasks; the interval averages the "
-            "per-replicate drops over tasks (tasks resampled independently). *vs the paper*: "
+            "per-replicate drops over tasks (tasks resampled independently). A task whose drop "
+            "has no interval (undefined in some resamples) is left out and named, as in the "
+            "claims. *vs the paper*: "
             "where the paper's 8% (all heads constant) lies against the interval.", "",
             f"| model | constant attention | heads | tasks | mean relative drop [{lv}] | Holm p "
-            "| vs the paper's 8% |", "|---|---|---|---|---|---|---|"]
+            "| vs the paper's 8% | left out (besides uninformative tasks) |",
+            "|---|---|---|---|---|---|---|---|"]
   for a in report["model_averages"]:
     ci = "" if a["ci"] is None else f" [{_num(a['ci'][0], True)}, {_num(a['ci'][1], True)}]"
     holm = "–" if a.get("holm_p") is None else format_p(a["holm_p"], nb) + (
@@ -205,7 +208,7 @@ def markdown(report: dict, figures: dict[str, str] | None = None) -> str:
     lines.append(f"| {a['model']} | {a['variant']} | {a['heads']} | {len(a['tasks'])} | "
                  f"{_num(a['mean_relative_drop'], True)}{ci}"
                  f"{' (within noise)' if a['within_noise'] else ''} | {holm} | "
-                 f"{a['vs_paper'] or '–'} |")
+                 f"{a['vs_paper'] or '–'} | {'; '.join(a.get('left_out', [])) or '–'} |")
   lines += ["", "## Do better models lose more?", "",
             "Spearman's rho of baseline score against relative drop (all heads constant) over "
             f"the informative (model, task) pairs, with a {lv} percentile interval over the "

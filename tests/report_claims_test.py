@@ -220,3 +220,29 @@ def test_a_drop_undefined_in_some_resamples_is_left_out_of_the_claims_averages()
     assert c["n"] == 1 and c["cells"] == ["m0.02/sst2"] and c["ci"] is not None
     assert c["left_out"] == ["shaky/sst2 (relative drop undefined in some resamples)"]
   assert got[0]["estimate"] == pytest.approx(0.02)
+
+
+def test_per_model_averages_claims_and_correlation_leave_out_the_same_cells():
+  """One rule (`report_claims._no_interval`): a task whose drop is undefined in some
+  resamples is left out of its model's average as of the claims, and named in both; the
+  average keeps its interval (it used to lose it, printing a point mean with no interval)."""
+  from papa_jax import report_claims  # pylint: disable=import-outside-toplevel
+  good = _claim_cell(0.02, 0.0, [0.01, 0.02, 0.03], [0.0, 0.0, 0.0])
+  shaky = _claim_cell(0.80, 0.3, [0.5, np.nan, 0.9], [0.1, np.nan, 0.4])
+  shaky[0]["task"] = "cola"
+  shaky[0]["model"] = good[0]["model"]
+  results, reps = [good[0], shaky[0]], [good[1], shaky[1]]
+  averages = report_claims.model_averages(results, reps, 0.95)
+  assert [a["heads"] for a in averages] == ["all", "half"]
+  named = ["m0.02/cola (relative drop undefined in some resamples)"]
+  for a in averages:
+    assert a["tasks"] == ["sst2"] and a["left_out"] == named and a["ci"] is not None
+  assert averages[0]["mean_relative_drop"] == pytest.approx(0.02)
+  got = report_claims.claims(results, reps, {}, 0.95)
+  assert [c["left_out"] for c in got[:2]] == [named, named]
+  assert [c["key"] for c in got] == ["all", "half", "correlation"]
+  for r, d in zip(results, reps):
+    r.update(baseline=dict(mean=0.5), metric="accuracy")
+    d["baseline"] = np.full(3, 0.5)
+  corr = report_claims.correlations(results, reps, 0.95)["raw"]
+  assert corr["undefined"] == named and corr["left_out"] == named
