@@ -20,6 +20,8 @@ def suite_dir(tmp_path):
     (cell / "probe" / "raw_k0_s0" / "result.json").write_text("{}")
     (cell / "results.json").write_text(json.dumps(dict(
         git_revision=f"{i}abcdef0123", devices=1,
+        rows=[dict(git_revision=None if i == 0 else "2fedcba98-dirty"),
+              dict(git_revision="3fedcba98")],
         cpu=dict(model="Test CPU", kind="avx2"),
         config=dict(probe=dict(learning_rate=2e-5, epochs=15),
                     sort=dict(max_train_examples=-1)))))
@@ -41,7 +43,11 @@ def test_readme_section_is_regenerated_between_its_markers_only(suite_dir, tmp_p
   assert "](docs/figures/suite_curves.png)" in block
   # Provenance from the cells: both revisions, the CPU, the cell count; the claims table
   # and the recipe from the cells' configs.
-  assert "2 cells: m0, m1 × sst2" in block and "code at 0abcdef, 1abcdef" in block
+  assert "2 cells: m0, m1 × sst2" in block
+  # Each probe's own revision; results.json's (its last writer) only for rows without one.
+  assert ("probes trained by the code at 0abcdef (the last writer of results.json: probes "
+          "trained before they recorded their own), 2fedcba-dirty, 3fedcba;") in block
+  assert "1abcdef" not in block
   assert "Test CPU (avx2, 1 device(s))" in block and f"B = {N_BOOT} bootstrap" in block
   assert "| All heads constant: about 8% average relative drop. |" in block
   assert "learning rate 2e-05, 15 epochs, the sorting run on all examples" in block

@@ -7,7 +7,7 @@ import shutil
 import numpy as np
 import pytest
 
-from papa_jax import features, run
+from papa_jax import features, run, workdir
 from papa_jax.data import DataError
 from papa_jax.papa import means as means_lib
 from tests.testing import require_shared, tiny_config
@@ -34,6 +34,8 @@ def test_run_end_to_end_writes_readable_results(finished):
   assert {r["static_heads"] for r in res["rows"]} == {0, 36, 72}
   assert res["summary"][0]["baseline"] == rows[0]["score"]
   assert all(0.0 <= r["score"] <= 1.0 and r["examples"] == 48 for r in res["rows"])
+  # Each probe names the code that trained it (results.json names its last writer).
+  assert {r["git_revision"] for r in res["rows"]} == {workdir.git_revision()} != {None}
   means = means_lib.load_means(os.path.join(wd, "means", "means_raw.npz"))
   assert means.metadata["num_examples"] == 48 and means.avgs.shape == (6, 12, 32, 32)
   ranking = json.load(open(os.path.join(wd, "sort", "sorted_heads.json")))

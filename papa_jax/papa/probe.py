@@ -119,6 +119,8 @@ def probe_runs(setup: Setup, variant: str, ordering: str, k: int, ranking,
        for (seed, fp), d in zip(todo, run_dirs)],
       train_data, eval_data, train.scorer(task, setup.eval_data.labels), setup.mesh)
   seconds = (time.perf_counter() - t0) / len(todo)  # Probes trained together share the time.
+  revision = workdir.git_revision()  # The code that trained these probes (results.json's
+  # own git_revision names whichever run last wrote it, possibly passing over them).
   for (seed, fp), run_dir, (_, history, logits) in zip(todo, run_dirs, fits):
     metric = task.headline_metric
     row = dict(model=cfg.model.name, task=task.name, variant=variant, ordering=ordering,
@@ -127,8 +129,9 @@ def probe_runs(setup: Setup, variant: str, ordering: str, k: int, ranking,
                best_score=max(h[metric] for h in history),
                scores={m: history[-1][m] for m in task.metrics},
                examples=len(setup.train_data), eval_examples=len(setup.eval_data),
-               epochs=len(history), seconds=seconds, trained_with=len(todo), history=history,
-               fingerprint=fp, run=os.path.relpath(run_dir, setup.workdir))
+               epochs=len(history), seconds=seconds, trained_with=len(todo),
+               git_revision=revision, history=history, fingerprint=fp,
+               run=os.path.relpath(run_dir, setup.workdir))
     if parallel.is_main_process():
       results.save_predictions(layout.probe_predictions(variant, k, seed, ordering),
                                _predictions(task.kind, logits), setup.eval_data.labels,
