@@ -206,7 +206,8 @@ FIELDS: dict[str, Field | Group] = dict(
         cache_max_gb=F(8.0, "The feature cache's budget in GB, checked before any stage "
                        "runs."),
         lease_stale_seconds=F(120.0, "A gs:// workdir's lease without a heartbeat for this "
-                              "many seconds is taken over (papa_jax/lease.py)."),
+                              "many seconds, unchanged while watched for half of it, is "
+                              "taken over (papa_jax/lease.py)."),
         distributed=G("Multi-host runs (papa_jax/parallel.py).", dict(
             enabled=F(False, "Call jax.distributed.initialize() (multi-host, TPU pod runs)."),
             coordinator_address=F("", "HOST:PORT of process 0; '' lets JAX find it (TPU, "

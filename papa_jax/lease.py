@@ -10,9 +10,14 @@ the lease is check-then-write followed, after `settle_seconds`, by a re-read:
 of two runs that raced, the one whose token is no longer in the lease backs
 off. A racer whose write lands later than the other's re-read (its
 check-to-write gap longer than `settle_seconds`) is not caught there; the
-heartbeat thread then finds the foreign token and logs an error. Staleness
-compares this host's clock with the holder's: clocks must agree to well
-within `stale_seconds`.
+heartbeat thread then finds the foreign token and logs an error.
+
+Staleness does not trust clocks. A lease whose heartbeat is recent by this
+host's clock is refused at once; one that looks old is watched for
+`stale_seconds / 2` (two of a live holder's heartbeats) and taken over only if
+it did not change. A live holder whose clock runs behind is therefore refused,
+not robbed; a dead one whose clock ran ahead is taken over once this host's
+clock passes its last heartbeat by `stale_seconds`.
 """
 
 from __future__ import annotations
@@ -69,8 +74,10 @@ def hold(path: str, workdir: str, stale_seconds: float = 120.0,
     age = time.time() - float(old.get("heartbeat", 0))
     if age < stale_seconds:
       raise _refused(workdir, old, age)
-    logging.warning("Taking over the stale lease of %s (%s; no heartbeat for %.0f s).",
-                    workdir, describe(old), age)
+    old = _unchanged(path, workdir, old, stale_seconds / 2)
+    if old is not None:
+      logging.warning("Taking over the stale lease of %s (%s; no heartbeat for %.0f s).",
+                      workdir, describe(old), age)
   mine = dict(host=socket.gethostname(), pid=os.getpid(), started=_now(),
               token=uuid.uuid4().hex, heartbeat=time.time())
   storage.put(path, json.dumps(mine).encode())
@@ -89,6 +96,24 @@ def hold(path: str, workdir: str, stale_seconds: float = 120.0,
     beat.join()
     if (read(path) or {}).get("token") == mine["token"]:
       storage.remove(path)
+
+
+def _unchanged(path: str, workdir: str, old: dict[str, Any],
+               watch: float) -> dict[str, Any] | None:
+  """`old` if the lease at `path` stays `old` for `watch` seconds (its holder is dead),
+  None if it is gone (released); refused if it changed (a live holder, whatever its
+  clock says)."""
+  logging.info("The lease of %s looks stale (%s): watching it for %.1f s.", workdir,
+               describe(old), watch)
+  time.sleep(watch)
+  now = read(path)
+  if now is not None and now != old:
+    raise WorkdirLocked(
+        f"Workdir {workdir} is in use by another run ({describe(now)}): its lease was "
+        "refreshed while watched, though its heartbeat looked older than "
+        "run.lease_stale_seconds by this host's clock (the hosts' clocks differ). Wait for "
+        "it to finish, or give this run another --workdir.")
+  return now
 
 
 def _heartbeat(path: str, mine: dict[str, Any], stop: threading.Event, every: float) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 import time
 
 import numpy as np
@@ -80,6 +81,30 @@ def test_lease_takes_over_a_stale_lease_and_keeps_its_own_fresh(gcs, caplog):
     time.sleep(0.5)  # Two heartbeats: not stale although older than stale_seconds.
     now = lease.read(f"{WD}/.lock")
     assert now["token"] == mine["token"] and time.time() - now["heartbeat"] < 0.4
+
+
+def test_lease_of_a_live_run_whose_clock_runs_behind_is_not_taken_over(gcs):
+  """Its heartbeats look 10 min old by this host's clock, but they keep coming: watched
+  before a takeover, the lease is seen to change and refused (clocks were trusted before)."""
+  stop = threading.Event()
+
+  def live_but_behind():  # Heartbeat every 0.05 s, stamped by a clock 600 s slow.
+    while not stop.is_set():
+      storage.put(f"{WD}/.lock", json.dumps(dict(host="behind", pid=3, started="t", token="b",
+                                                 heartbeat=time.time() - 600)).encode())
+      stop.wait(0.05)
+  beat = threading.Thread(target=live_but_behind, daemon=True)
+  beat.start()
+  try:
+    time.sleep(0.1)
+    with pytest.raises(workdir.WorkdirLocked, match="host behind, pid 3.*refreshed while "
+                       "watched.*clocks differ"):
+      with lease.hold(f"{WD}/.lock", WD, stale_seconds=0.4, settle_seconds=0):
+        pass
+  finally:
+    stop.set()
+    beat.join()
+  assert lease.read(f"{WD}/.lock")["token"] == "b"  # Still the live run's.
 
 
 def test_lease_race_lost_during_settle_is_refused(gcs, monkeypatch):
