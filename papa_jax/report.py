@@ -205,6 +205,16 @@ def _caveats(results: list[dict], averages: list[dict], corr: dict, multi: dict,
       out.append("The correlation's interval resamples dev examples and seeds within each "
                  "cell, not the (model, task) pairs: it is conditional on these models and "
                  "tasks and does not say the ranking would hold for others.")
+  sizes: dict[str, set] = {}
+  for r in results:
+    if report_claims.informative(r) and r["train_examples"]:
+      sizes.setdefault(r["model"], set()).add(r["train_examples"])
+  if len({n for v in sizes.values() for n in v}) > 1:
+    out.append("The informative cells' probes and means used different train subsets ("
+               + "; ".join(f"{m}: {', '.join(map(str, sorted(v)))} examples"
+                           for m, v in sizes.items())
+               + "): averages over cells and the correlation compare models under different "
+               "recipes, and a drop can differ with the subset size alone.")
   rows = report_claims.family(results)
   noisy = [f"{r['model']}/{r['task']} {x['variant']} {x['fraction_label']}" for r, x in rows
            if x["within_noise"]]

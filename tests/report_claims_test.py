@@ -246,3 +246,19 @@ def test_per_model_averages_claims_and_correlation_leave_out_the_same_cells():
     d["baseline"] = np.full(3, 0.5)
   corr = report_claims.correlations(results, reps, 0.95)["raw"]
   assert corr["undefined"] == named and corr["left_out"] == named
+
+
+def test_cells_trained_on_different_subset_sizes_are_named_in_the_caveats():
+  """The ladder trains its largest model on fewer examples: averages and the correlation
+  then mix recipe with model, and the report says so, per model (only then)."""
+  import dataclasses  # pylint: disable=import-outside-toplevel
+  good, chance = _claims_suite()
+  same = [dataclasses.replace(e, train_examples=2000) for e in good]
+  mixed = same[:4] + [dataclasses.replace(good[4], train_examples=500)]
+  # An uninformative cell's size does not count: it enters no average.
+  text = " ".join(report.analyse(same + [dataclasses.replace(chance, train_examples=10)],
+                                 n_boot=50)["caveats"])
+  assert "different train subsets" not in text
+  text = " ".join(report.analyse(mixed, n_boot=50)["caveats"])
+  assert ("different train subsets (m0: 2000 examples; m1: 2000 examples; m2: 2000 examples; "
+          "m3: 2000 examples; m4: 500 examples)") in text
