@@ -45,8 +45,10 @@ def test_readme_section_is_regenerated_between_its_markers_only(suite_dir, tmp_p
   # and the recipe from the cells' configs.
   assert "2 cells: m0, m1 × sst2" in block
   # Each probe's own revision; results.json's (its last writer) only for rows without one.
-  assert ("probes trained by the code at 0abcdef (the last writer of results.json: probes "
-          "trained before they recorded their own), 2fedcba-dirty, 3fedcba;") in block
+  assert ("probes trained by the code at 2fedcba-dirty, 3fedcba; the revision is not "
+          "recorded for 1 of 4 probes (trained before probe results carried it; their cells' "
+          "results.json last written at 0abcdef, which may only have passed over them);") \
+      in block
   assert "1abcdef" not in block
   assert "Test CPU (avx2, 1 device(s))" in block and f"B = {N_BOOT} bootstrap" in block
   assert "| All heads constant: about 8% average relative drop. |" in block
