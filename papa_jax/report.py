@@ -301,6 +301,7 @@ def analyse(experiments: Sequence[Experiment], *, n_boot: int = uncertainty.N_BO
              x["verdict"] if p < 1 - level else "within noise")
   corr = report_claims.correlations(results, reps, level)
   tested = report_claims.claims(results, reps, corr, level)
+  report_claims.mark_cells(results, tested)
   multi.update(intervals=_count_intervals(results, averages, corr, controls, tested),
                n_control_tests=len(rows))
   return dict(

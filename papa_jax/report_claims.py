@@ -201,6 +201,16 @@ def claims(results: list[dict], reps: list[dict], corr: dict, level: float) -> l
   return out
 
 
+def mark_cells(results: list[dict], tested: list[dict]) -> None:
+  """Writes into each cell which claims it entered (`in_claims`: keys) and why it was left
+  out of the others (`left_out_of_claims`), from the claims' own lists."""
+  for r in results:
+    cell = f"{r['model']}/{r['task']}"
+    r["in_claims"] = [c["key"] for c in tested if cell in c["cells"]]
+    r["left_out_of_claims"] = sorted({x[len(cell) + 2:-1] for c in tested
+                                      for x in c["left_out"] if x.startswith(cell + " (")})
+
+
 def family(results: list[dict]) -> list[tuple[dict, dict]]:
   """(cell, condition) of every main-table drop in the Holm family (module docstring)."""
   return [(r, s[w]) for r in results if informative(r) for s in r["summary"]

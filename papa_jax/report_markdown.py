@@ -79,9 +79,13 @@ def _check(r: dict) -> list[str]:
   if c["constant"] is None:
     return ["–", "–", "no: not checked"]
   ci = "" if not c["diff_ci"] else f" [{c['diff_ci'][0]:+.4f}, {c['diff_ci'][1]:+.4f}]"
-  verdict = {True: "yes", False: "no: *uninformative*", None: "no: not checked"}
-  return [f"{c['constant']}: {_num(c['constant_score'])}", f"{c['diff']:+.4f}{ci}",
-          verdict[c["informative"]]]
+  verdict = {True: "yes", False: "no: *uninformative*", None: "no: not checked"}[
+      c["informative"]]
+  if c["informative"] and r.get("left_out_of_claims"):  # Informative, but a drop had no
+    why = "; ".join(r["left_out_of_claims"])  # interval: left out of the claims it feeds.
+    verdict = f"no: {why}" if not r.get("in_claims") else (
+        f"partly ({', '.join(r['in_claims'])}); {why}")
+  return [f"{c['constant']}: {_num(c['constant_score'])}", f"{c['diff']:+.4f}{ci}", verdict]
 
 
 def _multiplicity(report: dict, lv: str) -> list[str]:
@@ -295,7 +299,7 @@ def csv_rows(report: dict) -> list[dict]:
                        relative_drop_ci_hi=ci[1], within_noise=c.get("within_noise"),
                        p_value=c.get("p_value"), holm_p=c.get("holm_p"),
                        within_noise_adjusted=c.get("within_noise_adjusted"),
-                       in_claims=bool(r["check"] and r["check"]["informative"]),
+                       in_claims=bool(r.get("in_claims")),
                        source=c["source"]))
   return [{k: "" if v is None or (isinstance(v, float) and not math.isfinite(v)) else v
            for k, v in row.items()} for row in rows]

@@ -262,3 +262,23 @@ def test_cells_trained_on_different_subset_sizes_are_named_in_the_caveats():
   text = " ".join(report.analyse(mixed, n_boot=50)["caveats"])
   assert ("different train subsets (m0: 2000 examples; m1: 2000 examples; m2: 2000 examples; "
           "m3: 2000 examples; m4: 500 examples)") in text
+
+
+def test_a_cell_whose_drop_is_left_out_is_not_marked_in_the_claims():
+  """Informative, but its drop has no interval: the tables' "in the claims" column and the
+  CSV's in_claims say it stayed out of the claims, and why (it said "yes" before)."""
+  from papa_jax import report_claims, report_markdown  # pylint: disable=import-outside-toplevel
+  good = _claim_cell(0.02, 0.0, [0.01, 0.02, 0.03], [0.0, 0.0, 0.0])
+  shaky = _claim_cell(0.80, 0.3, [0.5, np.nan, 0.9], [0.1, np.nan, 0.4])
+  half = _claim_cell(0.10, 0.3, [0.1, 0.1, 0.1], [0.1, np.nan, 0.4])
+  shaky[0]["model"], half[0]["model"] = "shaky", "half"
+  cells = [good, shaky, half]
+  results = [c for c, _ in cells]
+  for r in results:
+    r["check"].update(constant="0", constant_score=0.0, diff=0.1, diff_ci=(0.05, 0.15))
+  report_claims.mark_cells(results, report_claims.claims(results, [d for _, d in cells], {},
+                                                         0.95))
+  assert [r["in_claims"] for r in results] == [["all", "half"], [], ["all"]]
+  why = "relative drop undefined in some resamples"
+  assert [report_markdown._check(r)[2] for r in results] == [  # pylint: disable=protected-access
+      "yes", f"no: {why}", f"partly (all); {why}"]
