@@ -181,7 +181,7 @@ def _variants(names) -> list[str]:
 
 
 def _caveats(results: list[dict], averages: list[dict], corr: dict, multi: dict,
-             level: float) -> list[str]:
+             level: float, tested: list[dict]) -> list[str]:
   """What the tables do not show, derived from the numbers."""
   out, lv = [], f"{100 * level:.0f}%"
   left = [f"{r['model']}/{r['task']} ({r['check']['reason']})" for r in results
@@ -215,6 +215,7 @@ def _caveats(results: list[dict], averages: list[dict], corr: dict, multi: dict,
                            for m, v in sizes.items())
                + "): averages over cells and the correlation compare models under different "
                "recipes, and a drop can differ with the subset size alone.")
+  out += _leave_one_model_out(tested)
   rows = report_claims.family(results)
   noisy = [f"{r['model']}/{r['task']} {x['variant']} {x['fraction_label']}" for r, x in rows
            if x["within_noise"]]
@@ -266,6 +267,27 @@ def _caveats(results: list[dict], averages: list[dict], corr: dict, multi: dict,
   return out
 
 
+def _leave_one_model_out(tested: list[dict]) -> list[str]:
+  """Whether a claim's verdict rests on one model: the verdicts that change when one
+  model's cells are left out."""
+  if not any(c.get("without") for c in tested):
+    return []
+  fmt = lambda x, pct: f"{100 * x:.2f}%" if pct else f"{x:.4f}"  # noqa: E731
+  changed = []
+  for c in tested:
+    for m, w in c.get("without", {}).items():
+      if w["verdict"] != c["verdict"]:
+        est = "" if w["estimate"] is None else f": {fmt(w['estimate'], c['percent'])}" + (
+            "" if w["ci"] is None else
+            f" [{fmt(w['ci'][0], c['percent'])}, {fmt(w['ci'][1], c['percent'])}]")
+        changed.append(f"'{c['claim']}' is {c['verdict']} with every model but "
+                       f"{w['verdict']} without {m} ({w['n']} cells{est})")
+  if not changed:
+    return ["Leaving one model out, no claim's verdict changes."]
+  return ["Leaving one model out: " + "; ".join(changed) + ". A verdict that one model "
+          "decides rests on that model's cells and recipe."]
+
+
 def _count_intervals(results: list[dict], averages: list[dict], corr: dict,
                      controls: list[dict], tested: list[dict]) -> dict:
   """How many intervals report.md prints, by table (undefined ones are not intervals)."""
@@ -313,7 +335,7 @@ def analyse(experiments: Sequence[Experiment], *, n_boot: int = uncertainty.N_BO
       paper_claims=list(PAPER_CLAIMS), claims=tested, experiments=results,
       model_averages=averages,
       correlation=corr, controls=controls, multiplicity=multi,
-      caveats=_caveats(results, averages, corr, multi, level),
+      caveats=_caveats(results, averages, corr, multi, level, tested),
       warnings=[w for r in results for w in r["warnings"]])
 
 

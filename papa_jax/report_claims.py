@@ -175,29 +175,45 @@ def claims(results: list[dict], reps: list[dict], corr: dict, level: float) -> l
        f"mean relative drop over cells, half the heads (almost none: below "
        f"{100 * HALF_HEADS_MARGIN:.0f}%)")):
     rows, left_out = _drops(results, reps, "raw", which)
-    row = dict(key=which, percent=True, claim=claim, measure=measure, n=len(rows),
-               cells=[c for c, _, _ in rows], estimate=None, ci=None, verdict="not tested",
+    row = dict(key=which, percent=True, claim=claim, measure=measure,
+               cells=[c for c, _, _ in rows], **_drop_claim(rows, which, level),
                note="" if rows else "no informative cell with a defined drop",
                left_out=left_out)
-    if rows:
-      avg = _average(rows, level)
-      lo, hi = avg["ci"]
-      row.update(estimate=avg["mean_relative_drop"], ci=avg["ci"])
-      if which == "all":
-        row["verdict"] = ("contradicted" if not lo <= PAPER_ALL_HEADS_DROP <= hi else
-                          "supported" if lo > 0 else "within noise")
-      else:
-        row["verdict"] = ("supported" if hi < HALF_HEADS_MARGIN else "contradicted"
-                          if lo > HALF_HEADS_MARGIN else "within noise")
+    models = list(dict.fromkeys(c.split("/", 1)[0] for c, _, _ in rows))
+    row["without"] = {m: _drop_claim([x for x in rows if not x[0].startswith(m + "/")],
+                                     which, level) for m in models} if len(models) > 1 else {}
     out.append(row)
   c = corr.get("raw") or dict(n=0, rho=None, ci=None, verdict="not tested", pairs=[])
-  verdict = {"positive": "supported", "negative": "contradicted",
-             "within noise": "within noise"}.get(c["verdict"], "not tested")
+  verdict = _CORR_VERDICT.get(c["verdict"], "not tested")
   out.append(dict(key="correlation", percent=False, claim="Better-performing models lose more.",
                   measure="Spearman's rho of baseline against relative drop (all heads)",
                   n=c["n"], cells=[f"{p['model']}/{p['task']}" for p in c.get("pairs", [])],
                   estimate=c["rho"], ci=c["ci"], verdict=verdict,
-                  note=c.get("note", ""), left_out=c.get("undefined", [])))
+                  note=c.get("note", ""), left_out=c.get("undefined", []),
+                  without={m: dict(n=w["n"], estimate=w["rho"], ci=w["ci"],
+                                   verdict=_CORR_VERDICT.get(w["verdict"], "not tested"))
+                           for m, w in c.get("without", {}).items()}))
+  return out
+
+
+_CORR_VERDICT = {"positive": "supported", "negative": "contradicted",
+                 "within noise": "within noise"}
+
+
+def _drop_claim(rows: list[tuple[str, float, np.ndarray]], which: str, level: float) -> dict:
+  """n, estimate, interval and verdict of a drop claim ("all" or "half") over `rows`."""
+  out = dict(n=len(rows), estimate=None, ci=None, verdict="not tested")
+  if not rows:
+    return out
+  avg = _average(rows, level)
+  lo, hi = avg["ci"]
+  out.update(estimate=avg["mean_relative_drop"], ci=avg["ci"])
+  if which == "all":
+    out["verdict"] = ("contradicted" if not lo <= PAPER_ALL_HEADS_DROP <= hi else
+                      "supported" if lo > 0 else "within noise")
+  else:
+    out["verdict"] = ("supported" if hi < HALF_HEADS_MARGIN else "contradicted"
+                      if lo > HALF_HEADS_MARGIN else "within noise")
   return out
 
 
@@ -279,6 +295,13 @@ def correlations(results: list[dict], reps: list[dict], level: float) -> dict:
     b = len(pairs[0][1]) if pairs else 0
     xr = np.stack([bx for _, bx, _ in pairs], 1) if pairs else np.zeros((b, 0))
     yr = np.stack([dy for _, _, dy in pairs], 1) if pairs else np.zeros((b, 0))
+    models = list(dict.fromkeys(p["model"] for p, _, _ in pairs))
+    without = {}
+    for m in models if len(models) > 1 else ():
+      keep = [i for i, (p, _, _) in enumerate(pairs) if p["model"] != m]
+      without[m] = significance.rank_correlation(
+          [x[i] for i in keep], [y[i] for i in keep], xr[:, keep], yr[:, keep], level=level)
     out[v] = dict(significance.rank_correlation(x, y, xr, yr, level=level),
-                  pairs=[p for p, _, _ in pairs], left_out=left_out, undefined=undefined)
+                  pairs=[p for p, _, _ in pairs], left_out=left_out, undefined=undefined,
+                  without=without)
   return out

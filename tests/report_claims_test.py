@@ -282,3 +282,45 @@ def test_a_cell_whose_drop_is_left_out_is_not_marked_in_the_claims():
   why = "relative drop undefined in some resamples"
   assert [report_markdown._check(r)[2] for r in results] == [  # pylint: disable=protected-access
       "yes", f"no: {why}", f"partly (all); {why}"]
+
+
+def test_leave_one_model_out_drop_claims():
+  """A claim decided by one model says so: the 8% average over a cell near 8% and one near
+  30% is contradicted, supported without the 30% model, contradicted without the other."""
+  from papa_jax import report_claims  # pylint: disable=import-outside-toplevel
+  near = _claim_cell(0.08, 0.0, [0.06, 0.08, 0.10], [0.0, 0.0, 0.01])
+  far = _claim_cell(0.30, 0.0, [0.28, 0.30, 0.32], [0.0, 0.0, 0.01])
+  got = report_claims.claims([near[0], far[0]], [near[1], far[1]], {}, 0.95)
+  assert got[0]["verdict"] == "contradicted"
+  assert {m: w["verdict"] for m, w in got[0]["without"].items()} == {
+      "m0.08": "contradicted", "m0.3": "supported"}
+  assert got[0]["without"]["m0.3"]["estimate"] == pytest.approx(0.08)
+  text = report._leave_one_model_out(got)[0]  # pylint: disable=protected-access
+  assert text.startswith("Leaving one model out: 'All heads constant: about 8% average "
+                         "relative drop.' is contradicted with every model but supported "
+                         "without m0.3 (1 cells: 8.00% [")
+  assert "without m0.08" not in text  # Its verdict did not change.
+  assert report_claims.claims([near[0]], [near[1]], {}, 0.95)[0]["without"] == {}  # One model.
+
+
+def test_leave_one_model_out_correlation_equals_the_report_without_that_model():
+  """Oracle: the report of the other cells alone (each cell's replicates depend on its task
+  and condition only, so dropping a model leaves the others' replicates as they were)."""
+  good, _ = _claims_suite()
+  cells = good + [_cell("m5", 0.95, 0.95 * 0.83)]
+  rep = report.analyse(cells, n_boot=N_BOOT)
+  corr = rep["correlation"]["raw"]
+  assert corr["n"] == 6 and set(corr["without"]) == {e.model for e in cells}
+  for e in cells:
+    alone = report.analyse([c for c in cells if c is not e], n_boot=N_BOOT)
+    want = alone["correlation"]["raw"]
+    got = corr["without"][e.model]
+    assert (got["n"], got["rho"], got["ci"], got["verdict"]) == (
+        want["n"], want["rho"], want["ci"], want["verdict"])
+  claim = rep["claims"][2]
+  assert claim["without"]["m0"]["verdict"] == {"positive": "supported"}.get(
+      corr["without"]["m0"]["verdict"], corr["without"]["m0"]["verdict"])
+  text = next(c for c in rep["caveats"] if c.startswith("Leaving one model out"))
+  changed = [m for m, w in claim["without"].items() if w["verdict"] != claim["verdict"]]
+  assert all(f"without {m} (" in text for m in changed)
+  assert changed or text == "Leaving one model out, no claim's verdict changes."
