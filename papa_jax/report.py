@@ -275,16 +275,18 @@ def _leave_one_model_out(tested: list[dict]) -> list[str]:
   fmt = lambda x, pct: f"{100 * x:.2f}%" if pct else f"{x:.4f}"  # noqa: E731
   changed = []
   for c in tested:
+    parts = []
     for m, w in c.get("without", {}).items():
       if w["verdict"] != c["verdict"]:
         est = "" if w["estimate"] is None else f": {fmt(w['estimate'], c['percent'])}" + (
             "" if w["ci"] is None else
             f" [{fmt(w['ci'][0], c['percent'])}, {fmt(w['ci'][1], c['percent'])}]")
-        changed.append(f"'{c['claim']}' is {c['verdict']} with every model but "
-                       f"{w['verdict']} without {m} ({w['n']} cells{est})")
+        parts.append(f"without {m}, {w['verdict']} ({w['n']} cells{est})")
+    if parts:
+      changed.append(f"'{c['claim']}' is {c['verdict']} with all models; " + "; ".join(parts))
   if not changed:
     return ["Leaving one model out, no claim's verdict changes."]
-  return ["Leaving one model out: " + "; ".join(changed) + ". A verdict that one model "
+  return ["Leaving one model out: " + ". ".join(changed) + ". A verdict that one model "
           "decides rests on that model's cells and recipe."]
 
 

@@ -297,8 +297,8 @@ def test_leave_one_model_out_drop_claims():
   assert got[0]["without"]["m0.3"]["estimate"] == pytest.approx(0.08)
   text = report._leave_one_model_out(got)[0]  # pylint: disable=protected-access
   assert text.startswith("Leaving one model out: 'All heads constant: about 8% average "
-                         "relative drop.' is contradicted with every model but supported "
-                         "without m0.3 (1 cells: 8.00% [")
+                         "relative drop.' is contradicted with all models; without m0.3, "
+                         "supported (1 cells: 8.00% [")
   assert "without m0.08" not in text  # Its verdict did not change.
   assert report_claims.claims([near[0]], [near[1]], {}, 0.95)[0]["without"] == {}  # One model.
 
@@ -322,5 +322,5 @@ def test_leave_one_model_out_correlation_equals_the_report_without_that_model():
       corr["without"]["m0"]["verdict"], corr["without"]["m0"]["verdict"])
   text = next(c for c in rep["caveats"] if c.startswith("Leaving one model out"))
   changed = [m for m, w in claim["without"].items() if w["verdict"] != claim["verdict"]]
-  assert all(f"without {m} (" in text for m in changed)
+  assert all(f"without {m}, " in text for m in changed)
   assert changed or text == "Leaving one model out, no claim's verdict changes."
