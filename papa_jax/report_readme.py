@@ -107,9 +107,9 @@ def limits(report: dict, cells: list[tuple[str, dict]]) -> list[str]:
       f"the sorting run on {join(x if x > 0 else 'all' for x in sort)} examples. A weak "
       "probe can hide what attention carries, and it caps the baseline that a drop is "
       "measured from.",
-      f"Small models: {', '.join(heads)}, not the paper's BERT and RoBERTa base and "
-      "large. The paper's per-model tables are not reproduced; only its three claims are "
-      "compared, on other models and sizes."]
+      f"Other models than the paper's BERT and RoBERTa base and large: {', '.join(heads)}, "
+      "at most base-sized. The paper's per-model tables are not reproduced; only its three "
+      "claims are compared, on other models and sizes."]
 
 
 def write(path: str, readme: str, figure: str, commands: tuple[str, ...] = ()) -> str:
