@@ -32,7 +32,7 @@ import numpy as np
 from papa_jax import (rank_agreement, report_claims, report_controls, report_figures,
                       storage, uncertainty, workdir)
 from papa_jax.data.tasks import Task
-from papa_jax.report_markdown import csv_rows, fraction_label, jsonable, markdown
+from papa_jax.report_markdown import csv_rows, fraction_label, jsonable, markdown, number
 
 PAPER_CLAIMS = (
     "All heads constant: about 8% average relative drop (Hassid et al. 2022).",
@@ -272,15 +272,14 @@ def _leave_one_model_out(tested: list[dict]) -> list[str]:
   model's cells are left out."""
   if not any(c.get("without") for c in tested):
     return []
-  fmt = lambda x, pct: f"{100 * x:.2f}%" if pct else f"{x:.4f}"  # noqa: E731
   changed = []
   for c in tested:
     parts = []
     for m, w in c.get("without", {}).items():
       if w["verdict"] != c["verdict"]:
-        est = "" if w["estimate"] is None else f": {fmt(w['estimate'], c['percent'])}" + (
-            "" if w["ci"] is None else
-            f" [{fmt(w['ci'][0], c['percent'])}, {fmt(w['ci'][1], c['percent'])}]")
+        pct = c["percent"]
+        est = "" if w["estimate"] is None else f": {number(w['estimate'], pct)}" + (
+            "" if w["ci"] is None else f" [{number(w['ci'][0], pct)}, {number(w['ci'][1], pct)}]")
         parts.append(f"without {m}, {w['verdict']} ({w['n']} cells{est})")
     if parts:
       changed.append(f"'{c['claim']}' is {c['verdict']} with all models; " + "; ".join(parts))

@@ -33,14 +33,14 @@ def jsonable(x):
   return x
 
 
-def _num(v, pct: bool = False) -> str:
+def number(v, pct: bool = False) -> str:
   if v is None or (isinstance(v, float) and not math.isfinite(v)):
     return "–"
   return f"{100 * v:.2f}%" if pct else f"{v:.4f}"
 
 
 def _score(c: dict | None) -> str:
-  return "–" if c is None else f"{_num(c['mean'])} ± {_num(c['std'])}"
+  return "–" if c is None else f"{number(c['mean'])} ± {number(c['std'])}"
 
 
 def _drop(c: dict | None, n_boot: int = 0) -> str:
@@ -50,12 +50,12 @@ def _drop(c: dict | None, n_boot: int = 0) -> str:
   if c["relative_drop"] is None or not math.isfinite(c["relative_drop"]):  # NaN; JSON: null.
     return "undefined (baseline <= 0)"
   ci = c.get("relative_drop_ci")
-  text = _num(c["relative_drop"], pct=True)
+  text = number(c["relative_drop"], pct=True)
   if ci is not None and not all(x is not None and math.isfinite(x) for x in ci):
     return text + (f" [undefined: baseline <= 0 in {c.get('undefined_resamples')} of "
                    f"{n_boot} resamples]")
   if ci is not None:
-    text += f" [{_num(ci[0], True)}, {_num(ci[1], True)}]"
+    text += f" [{number(ci[0], True)}, {number(ci[1], True)}]"
   return text + (" (within noise)" if c.get("within_noise") is True else "")
 
 
@@ -85,7 +85,7 @@ def _check(r: dict) -> list[str]:
     why = "; ".join(r["left_out_of_claims"])  # interval: left out of the claims it feeds.
     verdict = f"no: {why}" if not r.get("in_claims") else (
         f"partly ({', '.join(r['in_claims'])}); {why}")
-  return [f"{c['constant']}: {_num(c['constant_score'])}", f"{c['diff']:+.4f}{ci}", verdict]
+  return [f"{c['constant']}: {number(c['constant_score'])}", f"{c['diff']:+.4f}{ci}", verdict]
 
 
 def _multiplicity(report: dict, lv: str) -> list[str]:
@@ -137,8 +137,8 @@ def claims_table(report: dict) -> list[str]:
       "uninformative cells) |", "|---|---|---|---|---|---|"]
   for c in report.get("claims", []):
     pct = c["percent"]
-    est = "–" if c["estimate"] is None else _num(c["estimate"], pct) + (
-        "" if c["ci"] is None else f" [{_num(c['ci'][0], pct)}, {_num(c['ci'][1], pct)}]")
+    est = "–" if c["estimate"] is None else number(c["estimate"], pct) + (
+        "" if c["ci"] is None else f" [{number(c['ci'][0], pct)}, {number(c['ci'][1], pct)}]")
     verdict = c["note"] if c["verdict"] == "not tested" and c.get("note") else c["verdict"]
     lines.append(f"| {c['claim']} | {c['measure']} | {c['n']} | {est} | **{verdict}** | "
                  f"{'; '.join(c.get('left_out', [])) or '–'} |")
@@ -206,11 +206,11 @@ def markdown(report: dict, figures: dict[str, str] | None = None) -> str:
             "| vs the paper's 8% | left out (besides uninformative tasks) |",
             "|---|---|---|---|---|---|---|---|"]
   for a in report["model_averages"]:
-    ci = "" if a["ci"] is None else f" [{_num(a['ci'][0], True)}, {_num(a['ci'][1], True)}]"
+    ci = "" if a["ci"] is None else f" [{number(a['ci'][0], True)}, {number(a['ci'][1], True)}]"
     holm = "–" if a.get("holm_p") is None else format_p(a["holm_p"], nb) + (
         " (within noise)" if a["within_noise_adjusted"] else "")
     lines.append(f"| {a['model']} | {a['variant']} | {a['heads']} | {len(a['tasks'])} | "
-                 f"{_num(a['mean_relative_drop'], True)}{ci}"
+                 f"{number(a['mean_relative_drop'], True)}{ci}"
                  f"{' (within noise)' if a['within_noise'] else ''} | {holm} | "
                  f"{a['vs_paper'] or '–'} | {'; '.join(a.get('left_out', [])) or '–'} |")
   lines += ["", "## Do better models lose more?", "",
@@ -224,8 +224,8 @@ def markdown(report: dict, figures: dict[str, str] | None = None) -> str:
             f"| constant attention | n | Spearman rho [{lv}] | verdict | left out |",
             "|---|---|---|---|---|"]
   for v, c in report["correlation"].items():
-    rho = "–" if c["rho"] is None else f"{_num(c['rho'])} [{_num(c['ci'][0])}, " \
-        f"{_num(c['ci'][1])}]"
+    rho = "–" if c["rho"] is None else f"{number(c['rho'])} [{number(c['ci'][0])}, " \
+        f"{number(c['ci'][1])}]"
     verdict = c["note"] if c["verdict"] == "not tested" else c["verdict"]
     lines.append(f"| {v} | {c['n']} | {rho} | {verdict} | {'; '.join(c['left_out']) or '–'} |")
   lines += _controls(report.get("controls", []), lv, nb)
