@@ -20,7 +20,6 @@ import jax
 import numpy as np
 
 from papa_jax import tokenization, workdir
-from papa_jax.convert import fetch
 from papa_jax.convert import checkpoint_io
 from papa_jax.convert.checkpoint_io import read_state_dict
 from papa_jax.convert.hf_config import encoder_config_from_hf, read_config_json, shared_layers
@@ -114,6 +113,9 @@ def resolve_model_dir(name_or_path: str) -> str:
   if name_or_path.startswith("pkg:"):
     return package_model_dir(name_or_path)
   if name_or_path.startswith("fetch:"):
+    # Imported here: `python -m papa_jax.convert.fetch` runs that module as __main__,
+    # and an import of it by this package first makes runpy warn.
+    from papa_jax.convert import fetch
     return fetch.model_dir(name_or_path[len("fetch:"):])
   path = os.path.expanduser(name_or_path)
   if os.path.isdir(path):

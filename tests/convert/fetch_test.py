@@ -122,3 +122,15 @@ def test_ladder_keys_load_through_the_configs(key, layers, heads):
     m = pj.load_pretrained(name)
     assert (m.config.num_layers, m.config.num_heads) == (layers, heads)
     assert m.tokenizer()("a fine movie")["input_ids"][:2] == [101, 1037]
+
+
+def test_module_runs_without_runpy_warning():
+  """`python -m papa_jax.convert.fetch` (CI's fetch step) runs clean: the package must not
+  import the module before runpy executes it as __main__."""
+  import subprocess
+  import sys
+  p = subprocess.run([sys.executable, "-W", "error::RuntimeWarning", "-m",
+                      "papa_jax.convert.fetch", "--list"], capture_output=True, text=True,
+                     timeout=120)
+  assert p.returncode == 0, p.stderr
+  assert "RuntimeWarning" not in p.stderr and "mpnet" in p.stdout
