@@ -61,10 +61,16 @@ def machine() -> dict:
   from papa_jax import cpu_tuning  # pylint: disable=import-outside-toplevel
   import jax  # pylint: disable=import-outside-toplevel
   cpu = cpu_tuning.cpu_info()
-  return dict(cpu=cpu["model"], cpu_kind=cpu["kind"], cpu_flags=" ".join(cpu["flags"]),
+  return dict(cpu=cpu_tuning.name(cpu), cpu_kind=cpu["kind"], cpu_flags=" ".join(cpu["flags"]),
               cores=os.cpu_count(), jax=jax.__version__, backend=jax.default_backend(),
               devices=f"{len(jax.devices())} x {jax.devices()[0].device_kind}",
               xla_flags=os.environ.get("XLA_FLAGS", ""), platform=platform.machine())
+
+
+def machine_line(m: dict) -> str:
+  """The `Machine:` line every benchmark prints (name, family/model, vector flags)."""
+  return (f"Machine: {m['cpu']} ({m['cpu_kind']}: {m['cpu_flags']}), {m['cores']} cores; "
+          f"JAX {m['jax']}")
 
 
 def set_torch_threads() -> None:
@@ -77,8 +83,7 @@ def report(title: str, rows: list[dict], path: str | None = None) -> None:
   keys = list(rows[0])
   m = machine()
   print(f"\n### {title}\n")
-  print(f"Machine: {m['cpu']} ({m['cpu_kind']}: {m['cpu_flags']}), {m['cores']} cores; "
-        f"JAX {m['jax']} on {m['devices']}; XLA_FLAGS='{m['xla_flags']}'\n")
+  print(f"{machine_line(m)} on {m['devices']}; XLA_FLAGS='{m['xla_flags']}'\n")
   print("| " + " | ".join(keys) + " |")
   print("|" + "---|" * len(keys))
   for r in rows:

@@ -82,8 +82,7 @@ def main():
   args = ap.parse_args()
   os.makedirs(args.out, exist_ok=True)
   m = common.machine()
-  print(f"Machine: {m['cpu']} ({m['cpu_kind']}: {m['cpu_flags']}), {m['cores']} cores; "
-        f"JAX {m['jax']}; XLA_FLAGS='{m['xla_flags']}'", flush=True)
+  print(f"{common.machine_line(m)}; XLA_FLAGS='{m['xla_flags']}'", flush=True)
   print(f"Load before: {os.getloadavg()}", flush=True)
   old = run_commit(args.old, args.out, args.seeds)
   new = run_commit(args.new, args.out, args.seeds)

@@ -226,8 +226,7 @@ def main():
     return
   os.makedirs(args.out, exist_ok=True)
   m = common.machine()
-  print(f"Machine: {m['cpu']} ({m['cpu_kind']}: {m['cpu_flags']}), {m['cores']} cores; "
-        f"JAX {m['jax']}; load {os.getloadavg()[0]:.2f} at start", flush=True)
+  print(f"{common.machine_line(m)}; load {os.getloadavg()[0]:.2f} at start", flush=True)
   sides = dict(hf=("HF PyTorch", ROOT), old=_tree(args.old, args.out),
                new=_tree(args.new, args.out))
   for s in ("old", "new"):

@@ -45,7 +45,7 @@ def main(argv):
   logging.info("JAX %s on %s: process %d/%d, %d devices.", jax.__version__, jax.default_backend(),
                jax.process_index(), jax.process_count(), jax.device_count())
   cpu = cpu_tuning.cpu_info()
-  logging.info("CPU %s (%s); XLA_FLAGS=%r%s.", cpu["model"], cpu["kind"],
+  logging.info("CPU %s (%s); XLA_FLAGS=%r%s.", cpu_tuning.name(cpu), cpu["kind"],
                os.environ.get("XLA_FLAGS", ""),
                f", measured for this CPU kind: {_CPU_FLAGS}" if _CPU_FLAGS else "")
   logging.info("Config:\n%s", config)

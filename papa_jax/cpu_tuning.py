@@ -31,8 +31,13 @@ VECTOR_FLAGS = ("avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf1
 
 
 def cpu_info(path: str = "/proc/cpuinfo") -> dict:
-  """`{"model", "flags" (the vector extensions present), "kind"}` from /proc/cpuinfo."""
-  model, flags = "unknown", set()
+  """`{"model", "cpuid", "flags" (the vector extensions present), "kind"}` from /proc/cpuinfo.
+
+  `cpuid` ("family 25 model 17", "" when absent) tells apart CPUs that show the same name
+  and flags: a 2-core "AMD EPYC" VM with AVX-512 measured 384 GFLOP/s of float32 matmul on
+  2026-12-02 and one of family 25 (Zen 4) 194 on 2026-12-05 (benchmarks/RESULTS.md).
+  """
+  model, flags, ids = "unknown", set(), {}
   try:
     with open(path) as f:
       for line in f:
@@ -42,6 +47,8 @@ def cpu_info(path: str = "/proc/cpuinfo") -> dict:
           model = value.strip()
         elif key in ("flags", "Features") and not flags:
           flags = set(value.split())
+        elif key in ("cpu family", "model") and key not in ids:
+          ids[key] = value.strip()
   except OSError:
     pass
   present = [f for f in VECTOR_FLAGS if f in flags]
@@ -53,7 +60,13 @@ def cpu_info(path: str = "/proc/cpuinfo") -> dict:
     kind = "avx2"
   else:
     kind = "other"
-  return dict(model=model, flags=present, kind=kind)
+  cpuid = " ".join(f"{k.split()[-1]} {ids[k]}" for k in ("cpu family", "model") if k in ids)
+  return dict(model=model, cpuid=cpuid, flags=present, kind=kind)
+
+
+def name(info: dict) -> str:
+  """`cpu_info`'s model with its family and model numbers: "AMD EPYC [family 25 model 17]"."""
+  return f"{info['model']} [{info['cpuid']}]" if info.get("cpuid") else info["model"]
 
 
 def apply(environ=os.environ) -> list[str]:

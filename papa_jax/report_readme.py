@@ -18,7 +18,7 @@ import glob
 import os
 import shutil
 
-from papa_jax import workdir
+from papa_jax import cpu_tuning, workdir
 from papa_jax.layout import Layout
 from papa_jax.report_markdown import readme_block
 from papa_jax.suite import CELL_SEPARATOR
@@ -75,7 +75,7 @@ def provenance(path: str, report: dict, cells: list[tuple[str, dict]]) -> list[s
   """Where the numbers come from: cells, dates, CPU, code revision, bootstrap settings."""
   times = [os.path.getmtime(p) for c, _ in cells
            for p in glob.glob(os.path.join(c, "probe", "*", "result.json"))]
-  cpus = sorted({f"{r['cpu']['model']} ({r['cpu']['kind']}, {r['devices']} device(s))"
+  cpus = sorted({f"{cpu_tuning.name(r['cpu'])} ({r['cpu']['kind']}, {r['devices']} device(s))"
                  for _, r in cells})
   models = list(dict.fromkeys(e["model"] for e in report["experiments"]))
   tasks = list(dict.fromkeys(e["task"] for e in report["experiments"]))

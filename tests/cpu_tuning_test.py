@@ -14,8 +14,10 @@ FLAG = "--xla_cpu_experimental_ynn_fusion_type="  # A flag this XLA accepts.
 
 def _cpuinfo(tmp_path, flags: str) -> str:
   path = tmp_path / "cpuinfo"
-  path.write_text(f"processor\t: 0\nmodel name\t: Test CPU 9000\nflags\t\t: fpu sse2 {flags}\n\n"
-                  f"processor\t: 1\nmodel name\t: Other\nflags\t\t: fpu\n")
+  path.write_text(f"processor\t: 0\ncpu family\t: 25\nmodel\t\t: 17\n"
+                  f"model name\t: Test CPU 9000\nflags\t\t: fpu sse2 {flags}\n\n"
+                  f"processor\t: 1\ncpu family\t: 26\nmodel\t\t: 2\nmodel name\t: Other\n"
+                  f"flags\t\t: fpu\n")
   return str(path)
 
 
@@ -34,13 +36,14 @@ def _cpuinfo(tmp_path, flags: str) -> str:
 def test_cpu_info_reads_model_flags_and_kind(tmp_path, flags, kind):
   info = cpu_tuning.cpu_info(_cpuinfo(tmp_path, flags))
   assert info["model"] == "Test CPU 9000"  # The first processor's.
+  assert info["cpuid"] == "family 25 model 17"
   assert info["kind"] == kind
   assert set(info["flags"]) == set(flags.split()) & set(cpu_tuning.VECTOR_FLAGS)
 
 
 def test_cpu_info_without_proc_cpuinfo(tmp_path):
-  assert cpu_tuning.cpu_info(str(tmp_path / "missing")) == dict(model="unknown", flags=[],
-                                                                 kind="other")
+  assert cpu_tuning.cpu_info(str(tmp_path / "missing")) == dict(
+      model="unknown", cpuid="", flags=[], kind="other")
 
 
 def test_apply_adds_the_kinds_flags_and_keeps_the_users(monkeypatch):
@@ -75,3 +78,11 @@ def test_launcher_applies_the_kinds_flags_before_jax_starts(tmp_path):
   want = f"XLA_FLAGS='--xla_force_host_platform_device_count=2 {FLAG}'"
   assert want in out.stderr, out.stderr[-3000:]
   assert f"({kind})" in out.stderr and "2 devices" in out.stderr
+
+
+def test_name_carries_family_and_model_when_known(tmp_path):
+  """Two CPUs named "AMD EPYC" with the same flags differ 2x in matmul peak (Zen 4 vs an
+  earlier record's machine): records and benchmark lines must tell them apart."""
+  info = cpu_tuning.cpu_info(_cpuinfo(tmp_path, "avx2 fma"))
+  assert cpu_tuning.name(info) == "Test CPU 9000 [family 25 model 17]"
+  assert cpu_tuning.name(dict(model="AMD EPYC", kind="avx2")) == "AMD EPYC"  # Older records.
