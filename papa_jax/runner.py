@@ -55,19 +55,25 @@ StatsFn = Callable[[tuple[EncoderOutput, ...], dict, Array, tuple], Mapping[str,
 RowsFn = Callable[[tuple[EncoderOutput, ...], dict], Array]
 
 
-def _weighted_sum(value: Array, weight: Array) -> Array:
+def _weighted_sum(value: Array, weight: Array, backend: str | None = None) -> Array:
   """`sum_b weight[b] * value[b]` with weight's axes aligned to value's last ones.
 
-  A scan over the batch adding one example at a time: the `[...]`-shaped total stays
-  in cache. As an einsum (a dot over b batched over every other axis) the same sums
-  took 2.2x as long on a 2-core AVX-512 EPYC (benchmarks/RESULTS.md).
+  On CPU a scan over the batch adding one example at a time (the `[...]`-shaped total
+  stays in cache): as an einsum, which XLA lowers to a dot over b batched over every
+  other axis, the same sums took 2.2x as long on a 2-core Zen 4 EPYC
+  (benchmarks/RESULTS.md). Elsewhere the einsum: one kernel, where a scan would be one
+  launch per example.
   """
   nd, nw = value.ndim, weight.ndim
   w = weight.reshape(weight.shape[:1] + (1,) * (nd - nw) + weight.shape[1:])
   dtype = jnp.result_type(value.dtype, weight.dtype)
+  if (backend or jax.default_backend()) != "cpu":
+    value = jnp.where(w > 0, value, jnp.zeros((), value.dtype))  # 0 * NaN would be NaN.
+    return jnp.einsum(value, list(range(nd)), weight, [0, *range(nd - nw + 1, nd)],
+                      list(range(1, nd)), precision=jax.lax.Precision.HIGHEST)
 
   def term(v, wb):
-    v = jnp.where(wb > 0, v, jnp.zeros((), v.dtype))  # 0 * NaN would be NaN.
+    v = jnp.where(wb > 0, v, jnp.zeros((), v.dtype))
     return (v * wb).astype(dtype)
 
   def add(total, x):
