@@ -66,15 +66,17 @@ def _weighted_sum(value: Array, weight: Array, backend: str | None = None) -> Ar
   """
   nd, nw = value.ndim, weight.ndim
   w = weight.reshape(weight.shape[:1] + (1,) * (nd - nw) + weight.shape[1:])
-  dtype = jnp.result_type(value.dtype, weight.dtype)
+
+  def kept(v, wb):
+    return jnp.where(wb > 0, v, jnp.zeros((), v.dtype))  # 0 * NaN would be NaN.
+
   if (backend or jax.default_backend()) != "cpu":
-    value = jnp.where(w > 0, value, jnp.zeros((), value.dtype))  # 0 * NaN would be NaN.
-    return jnp.einsum(value, list(range(nd)), weight, [0, *range(nd - nw + 1, nd)],
+    return jnp.einsum(kept(value, w), list(range(nd)), weight, [0, *range(nd - nw + 1, nd)],
                       list(range(1, nd)), precision=jax.lax.Precision.HIGHEST)
+  dtype = jnp.result_type(value.dtype, weight.dtype)
 
   def term(v, wb):
-    v = jnp.where(wb > 0, v, jnp.zeros((), v.dtype))
-    return (v * wb).astype(dtype)
+    return (kept(v, wb) * wb).astype(dtype)
 
   def add(total, x):
     return total + term(*x), None
