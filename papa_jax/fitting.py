@@ -7,6 +7,7 @@ as if alone. The steps themselves live in `train`.
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import Any, Callable
 
@@ -19,6 +20,7 @@ from absl import logging
 from papa_jax import checkpoint as ckpt_lib
 from papa_jax import parallel, preemption
 from papa_jax.data import pipeline
+from papa_jax.data.preprocess import IGNORE
 from papa_jax.progress import Progress
 from papa_jax.train import (FitConfig, FrozenEncoder, TrainState, init_state, make_eval_step,
                             make_group_step, make_train_step, take)
@@ -67,15 +69,57 @@ def vectorisable(data, mesh) -> bool:
   return hasattr(data, "features") and parallel.one_device(mesh)
 
 
-def _group_predict(eval_fn, params, table: dict, batch_size: int) -> list[np.ndarray]:
-  """Every probe's outputs `[N, ...]` on every row of `table`, in order."""
+def scored_widths(labels: np.ndarray, step: int = 8) -> np.ndarray:
+  """Per row of tag labels `[N, L]`: the positions a per-token probe must see (up to the
+  last scored one), rounded up to a multiple of `step` (at most L) so that few shapes
+  compile."""
+  n, length = labels.shape
+  scored = labels != IGNORE
+  last = np.where(scored.any(1), length - np.argmax(scored[:, ::-1], 1), 0)
+  return np.minimum(np.maximum(-(-last // step), 1) * step, length)
+
+
+@functools.partial(jax.jit, static_argnums=2)
+def _take_width(table: dict, idx: jax.Array, width: int) -> dict:
+  """`take` of rows `idx`, their positions cut to the first `width`."""
+  batch = take(table, idx)
+  cut = {"features": lambda v: v[:, :, :width], "attention_mask": lambda v: v[:, :width],
+         "labels": lambda v: v[:, :width]}
+  return {k: cut[k](v) if k in cut else v for k, v in batch.items()}
+
+
+def _group_predict(eval_fn, params, table: dict, batch_size: int,
+                   widths: np.ndarray | None = None) -> list[np.ndarray]:
+  """Every probe's outputs `[N, ...]` on every row of `table`, in order.
+
+  `widths` (`scored_widths`, for per-token probes only): rows are batched by
+  width and each batch sees only its first positions; the outputs there are the
+  full-width ones (a token's output depends on its features alone) and 0 past them.
+  """
   n = pipeline.num_rows(table)
-  outs = []
-  for idx in pipeline.batch_indices(np.arange(n), batch_size):
-    out = eval_fn(params, take(table, jnp.asarray(idx, jnp.int32)))
-    outs.append(np.asarray(out)[:, idx >= 0])
-  out = np.concatenate(outs, axis=1)
+  if widths is None:
+    outs = []
+    for idx in pipeline.batch_indices(np.arange(n), batch_size):
+      out = eval_fn(params, take(table, jnp.asarray(idx, jnp.int32)))
+      outs.append(np.asarray(out)[:, idx >= 0])
+    return list(np.concatenate(outs, axis=1))
+  out = None
+  for idx in pipeline.batch_indices(np.argsort(-widths, kind="stable"), batch_size):
+    rows = idx[idx >= 0]
+    width = int(widths[rows].max())
+    got = np.asarray(eval_fn(params, _take_width(table, jnp.asarray(idx, jnp.int32), width)))
+    if out is None:
+      out = np.zeros((got.shape[0], n, table["labels"].shape[1]) + got.shape[3:], got.dtype)
+    out[:, rows, :width] = got[:, idx >= 0]
   return list(out)
+
+
+def _widths(probe: nn.Module, data) -> np.ndarray | None:
+  """`scored_widths` of `data` where `probe` is per-token (its outputs at a position depend
+  on that position's features alone: `probes.TokenProbe`), else None."""
+  if getattr(probe, "kind", None) != "tagging":
+    return None
+  return scored_widths(np.asarray(pipeline.columns(data)["labels"]))
 
 
 def _stack(trees: list) -> Any:
@@ -147,6 +191,7 @@ def fit_many(name: str, probe: nn.Module, encoder: FrozenEncoder, tx, cfgs: list
                  f", step {start} of epoch {epoch + 1}" if start else "",
                  ", ".join(c.directory for c in ckpts if c is not None))
   table = resident_table(train_data, mesh)
+  widths = _widths(probe, eval_data)  # Per-token probes: eval batches cut to their tokens.
   if group == 1:
     state = states[0]
     train_step = jax.jit(make_train_step(probe, tx, cfg.seed), in_shardings=(repl, shard, repl),
@@ -163,7 +208,8 @@ def fit_many(name: str, probe: nn.Module, encoder: FrozenEncoder, tx, cfgs: list
                                         cfg.eval_batch_size)]
     else:  # Cached eval features on the device: batches gathered there.
       predict_all = lambda st: _group_predict(lambda p, b: eval_fn(p, b, encoder)[None],
-                                              st.params, eval_table, cfg.eval_batch_size)
+                                              st.params, eval_table, cfg.eval_batch_size,
+                                              widths)
     row = lambda st, p: st
   else:
     state = _stack(states)
@@ -173,7 +219,8 @@ def fit_many(name: str, probe: nn.Module, encoder: FrozenEncoder, tx, cfgs: list
     eval_step = make_eval_step(probe)
     eval_fn = jax.jit(lambda params, batch: jax.vmap(lambda p: eval_step(p, batch, None))(params))
     eval_table = resident_table(eval_data, mesh)
-    predict_all = lambda st: _group_predict(eval_fn, st.params, eval_table, cfg.eval_batch_size)
+    predict_all = lambda st: _group_predict(eval_fn, st.params, eval_table, cfg.eval_batch_size,
+                                            widths)
     row = _row
 
     def epoch_batches(e: int, s0: int):

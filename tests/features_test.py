@@ -6,7 +6,7 @@ import pytest
 from papa_jax import features, fitting, metrics, parallel, probes, train
 from papa_jax.attention import AttentionOverride
 from papa_jax.data import preprocess, readers, tasks
-from tests.testing import optimizer_config
+from tests.testing import optimizer_config, require_shared
 
 
 @pytest.fixture(scope="module")
@@ -184,3 +184,53 @@ def test_rows_fill_a_device_array_on_one_device_and_a_host_array_elsewhere():
     buf.add(rows[2:])
     assert isinstance(buf.data, jax.Array) == on_device
     np.testing.assert_array_equal(np.asarray(buf.data, np.float32), rows)
+
+
+@pytest.fixture(scope="module")
+def cached_ner(minilm, minilm_tokenizer):
+  """Real MiniLM features of 64 CoNLL-2003 train and 48 dev sentences (64 positions)."""
+  task = tasks.get_task("ner")
+  d = str(require_shared("data", "conll2003"))
+  enc = lambda split, n: preprocess.encode(
+      task, list(readers.read_split(task, d, split))[:n], minilm_tokenizer, 64)
+  encoder = train.FrozenEncoder(minilm.params, None, minilm.config, feature_dtype="bfloat16")
+  mesh = parallel.make_mesh(1)
+  return (task, encoder, mesh, features.compute(encoder, enc("train", 64), mesh, 16),
+          features.compute(encoder, enc("validation", 48), mesh, 16))
+
+
+def test_scored_widths_cover_every_scored_position(cached_ner):
+  labels = np.asarray(cached_ner[4].labels)
+  widths = fitting.scored_widths(labels)
+  for row, w in zip(labels, widths):  # Oracle: a loop over each row's positions.
+    last = max([t + 1 for t in range(len(row)) if row[t] != preprocess.IGNORE], default=0)
+    assert w == min(64, max(8, -(-last // 8) * 8))
+  assert len(set(widths)) > 1 and widths.max() <= 64  # Real sentences differ in length.
+  assert fitting.scored_widths(np.full((2, 20), preprocess.IGNORE)).tolist() == [8, 8]
+
+
+def test_per_token_eval_on_cut_batches_equals_full_width(minilm, cached_ner, tmp_path):
+  """Tagging probes trained together, evaluated on batches cut to their scored positions
+  (as `fit_many` does), give the full-width logits at every scored position; a sentence
+  probe is never cut."""
+  task, encoder, mesh, ftr, fev = cached_ner
+  cfgs = [train.FitConfig(epochs=2, batch_size=16, eval_batch_size=16, seed=s) for s in SEEDS]
+  probe = probes.TokenProbe(len(task.label_names), minilm.config.hidden_size)
+  runs = fitting.fit_many("t", probe, encoder, train.make_optimizer(optimizer_config()), cfgs,
+                          ftr, fev, lambda lg: metrics.task_scores(task, lg, fev.labels), mesh)
+  params = jax.tree.map(lambda *x: np.stack(x), *[s.params for s, _, _ in runs])
+  step = train.make_eval_step(probe)
+  eval_fn = jax.jit(lambda p, b: jax.vmap(lambda q: step(q, b, None))(p))
+  table = fitting.resident_table(fev, mesh)
+  full = fitting._group_predict(eval_fn, params, table, 16)
+  labels = np.asarray(fev.labels)
+  keep = labels != preprocess.IGNORE
+  widths = fitting.scored_widths(labels)
+  assert widths.mean() < 40  # The cut saves work on these sentences.
+  for (_, history, cut), want in zip(runs, full):
+    assert cut.shape == want.shape == labels.shape + (len(task.label_names),)
+    np.testing.assert_allclose(cut[keep], want[keep], rtol=1e-6, atol=1e-6)
+    np.testing.assert_array_equal(cut[keep].argmax(-1), want[keep].argmax(-1))
+    assert history[-1] == dict(history[-1], **metrics.task_scores(task, want, labels))
+  assert not np.allclose(full[0][keep], full[1][keep], atol=1e-3)  # Seeds differ.
+  assert fitting._widths(probes.SentenceProbe(2, 8, 0.1), fev) is None
