@@ -157,7 +157,7 @@ def fit_many(name: str, probe: nn.Module, encoder: FrozenEncoder, tx, cfgs: list
   if len(cfgs) > 1 and not (vectorisable(train_data, mesh) and vectorisable(eval_data, mesh)):
     return [fit(f"{name} seed={c.seed}", probe, encoder, tx, c, train_data, eval_data,
                 score_fn, mesh) for c in cfgs]
-  repl, shard = parallel.replicated(mesh), parallel.batch_sharding(mesh)
+  repl = parallel.replicated(mesh)
   encoder = parallel.put_replicated(encoder, mesh)
   ckpts = [ckpt_lib.Checkpointer(c.checkpoint_dir) if c.checkpoint_dir else None for c in cfgs]
   states, metas = [], []
@@ -169,24 +169,36 @@ def fit_many(name: str, probe: nn.Module, encoder: FrozenEncoder, tx, cfgs: list
     states.append(state)
     metas.append(meta)
   points = [(m.get("epoch", 0), m.get("step_in_epoch", 0)) for m in metas]
-  if len(set(points)) > 1:  # Resumed from different points: one group per point.
+  out = [None] * len(cfgs)
+  try:
+    for point in sorted(set(points)):  # Resumed from different points: one group per point.
+      ids = [i for i, q in enumerate(points) if q == point]
+      pick = lambda xs: [xs[i] for i in ids]  # pylint: disable=cell-var-from-loop
+      for i, r in zip(ids, _fit_group(name, probe, encoder, tx, pick(cfgs), pick(ckpts),
+                                      pick(states), pick(metas), point, train_data, eval_data,
+                                      score_fn, mesh)):
+        out[i] = r
+  finally:  # Waits for checkpoints still being written (also when a run is preempted).
     for ckpt in ckpts:
       if ckpt is not None:
         ckpt.close()
-    out = [None] * len(cfgs)
-    for point in sorted(set(points)):
-      ids = [i for i, q in enumerate(points) if q == point]
-      for i, r in zip(ids, fit_many(name, probe, encoder, tx, [cfgs[i] for i in ids],
-                                    train_data, eval_data, score_fn, mesh)):
-        out[i] = r
-    return out
+  return out
+
+
+def _fit_group(name: str, probe: nn.Module, encoder: FrozenEncoder, tx, cfgs: list[FitConfig],
+               ckpts: list, states: list, metas: list[dict], point: tuple[int, int], train_data,
+               eval_data, score_fn: Callable[[np.ndarray], dict],
+               mesh) -> list[tuple[TrainState, list[dict], np.ndarray]]:
+  """`fit_many`'s loop over probes whose (restored) states stand at the same `point`
+  (epoch, step in epoch), saving into `ckpts`."""
+  repl, shard = parallel.replicated(mesh), parallel.batch_sharding(mesh)
   cfg, group = cfgs[0], len(cfgs)
   n = pipeline.num_rows(train_data)
   steps_per_epoch = pipeline.num_batches(n, cfg.batch_size)
   histories = [m.get("history", []) for m in metas]
-  epoch, start = points[0]
+  epoch, start = point
   epoch_losses = [m.get("epoch_losses", []) for m in metas]
-  if points[0] != (0, 0):
+  if point != (0, 0):
     logging.info("%s: resumed after epoch %d%s from %s.", name, epoch,
                  f", step {start} of epoch {epoch + 1}" if start else "",
                  ", ".join(c.directory for c in ckpts if c is not None))
@@ -280,9 +292,6 @@ def fit_many(name: str, probe: nn.Module, encoder: FrozenEncoder, tx, cfgs: list
       save(epoch + 1, 0, epoch_losses)
   if logits is None:  # Every epoch was done before: score the restored state.
     logits = predict_all(state)
-  for ckpt in ckpts:
-    if ckpt is not None:
-      ckpt.close()
   return [(row(state, p), histories[p], logits[p]) for p in range(group)]
 
 

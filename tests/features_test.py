@@ -170,8 +170,13 @@ def test_probes_at_different_points_resume_in_groups(minilm, cached_small, group
   first[4] = args[4][:2]
   _stop_mid_epoch_2(first, monkeypatch)
   assert not (tmp_path / "p44").exists()
+  restored = []
+  real = fitting.ckpt_lib.Checkpointer.restore
+  monkeypatch.setattr(fitting.ckpt_lib.Checkpointer, "restore",
+                      lambda self, *a, **k: restored.append(self.directory) or real(self, *a, **k))
   for one, together in zip(fitting.fit_many(*args), group_run):
     _assert_same(one, together)
+  assert sorted(restored) == [str(tmp_path / "p42"), str(tmp_path / "p43")]  # Once each.
 
 
 def test_rows_fill_a_device_array_on_one_device_and_a_host_array_elsewhere():
