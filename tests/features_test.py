@@ -239,3 +239,8 @@ def test_per_token_eval_on_cut_batches_equals_full_width(minilm, cached_ner, tmp
     assert history[-1] == dict(history[-1], **metrics.task_scores(task, want, labels))
   assert not np.allclose(full[0][keep], full[1][keep], atol=1e-3)  # Seeds differ.
   assert fitting._widths(probes.SentenceProbe(2, 8, 0.1), fev) is None
+  # One probe alone (its own jitted step and eval) takes the same cut.
+  state, _, cut = fitting.fit("t", probe, encoder, train.make_optimizer(optimizer_config()),
+                              cfgs[0], ftr, fev, lambda lg: {}, mesh)
+  want = fitting._group_predict(lambda p, b: step(p, b, None)[None], state.params, table, 16)
+  np.testing.assert_allclose(cut[keep], want[0][keep], rtol=1e-6, atol=1e-6)
