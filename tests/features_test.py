@@ -55,7 +55,8 @@ def test_cached_probe_equals_uncached(minilm, small, static, cache_dir, tmp_path
 def test_invalid_cache_over_budget_is_refused():
   n = features.cache_bytes(67349, 13, 64, 768, "bfloat16")
   assert n == 67349 * 13 * 64 * 768 * 2
-  with pytest.raises(features.CacheTooLarge, match=r"needs 80.1. GiB, over the budget run.cache_max_gb=8"):
+  with pytest.raises(features.CacheTooLarge,
+                     match=r"needs 80.1. GiB, over the budget run.cache_max_gb=8"):
     features.check_budget(n, 8.0, "SST-2 train")
   features.check_budget(n, 100.0, "SST-2 train")
 
