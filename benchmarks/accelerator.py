@@ -135,7 +135,8 @@ def torch_loops(c: pj.EncoderConfig, batch: int, length: int, repeats: int,
   sdpa = BertModel(cfg).to(dev, dtype).eval()
   eager = BertModel(BertConfig(**{**cfg.to_dict(), "attn_implementation": "eager"}))
   eager = eager.to(dev, dtype).eval()
-  x = {k: torch.tensor(v, dtype=torch.long, device=dev) for k, v in _inputs(c, batch, length).items()
+  x = {k: torch.tensor(v, dtype=torch.long, device=dev)
+       for k, v in _inputs(c, batch, length).items()
        if k in ("input_ids", "attention_mask", "token_type_ids")}
   labels = torch.tensor(_inputs(c, batch, length)["labels"], dtype=torch.long, device=dev)
   k, d = c.num_hidden_states, c.hidden_size

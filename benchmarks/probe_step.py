@@ -3,8 +3,8 @@
   python benchmarks/probe_step.py [--batch 16]
 
 Implementations are timed round-robin (`common.interleaved`); ratios are
-medians of per-round ratios. A step = frozen encoder forward (all hidden states, no dropout) + PAPA pooler
-and classifier forward/backward + gradient clipping + AdamW update. The
+medians of per-round ratios. A step = frozen encoder forward (all hidden states, no
+dropout) + PAPA pooler and classifier forward/backward + gradient clipping + AdamW update. The
 PyTorch reference runs the same probe on the Hugging Face model with the
 encoder under torch.no_grad() (what the original code's frozen backbone
 amounts to, minus its dropout). Same real weights, same batch, one process.
