@@ -73,7 +73,7 @@ def scored_widths(labels: np.ndarray, step: int = 8) -> np.ndarray:
   """Per row of tag labels `[N, L]`: the positions a per-token probe must see (up to the
   last scored one), rounded up to a multiple of `step` (at most L) so that few shapes
   compile."""
-  n, length = labels.shape
+  length = labels.shape[1]
   scored = labels != IGNORE
   last = np.where(scored.any(1), length - np.argmax(scored[:, ::-1], 1), 0)
   return np.minimum(np.maximum(-(-last // step), 1) * step, length)
@@ -83,9 +83,8 @@ def scored_widths(labels: np.ndarray, step: int = 8) -> np.ndarray:
 def _take_width(table: dict, idx: jax.Array, width: int) -> dict:
   """`take` of rows `idx`, their positions cut to the first `width`."""
   batch = take(table, idx)
-  cut = {"features": lambda v: v[:, :, :width], "attention_mask": lambda v: v[:, :width],
-         "labels": lambda v: v[:, :width]}
-  return {k: cut[k](v) if k in cut else v for k, v in batch.items()}
+  return dict(batch, features=batch["features"][:, :, :width],
+              attention_mask=batch["attention_mask"][:, :width], labels=batch["labels"][:, :width])
 
 
 def _group_predict(eval_fn, params, table: dict, batch_size: int,

@@ -215,7 +215,7 @@ def test_scored_widths_cover_every_scored_position(cached_ner):
   assert fitting.scored_widths(np.full((2, 20), preprocess.IGNORE)).tolist() == [8, 8]
 
 
-def test_per_token_eval_on_cut_batches_equals_full_width(minilm, cached_ner, tmp_path):
+def test_per_token_eval_on_cut_batches_equals_full_width(minilm, cached_ner):
   """Tagging probes trained together, evaluated on batches cut to their scored positions
   (as `fit_many` does), give the full-width logits at every scored position; a sentence
   probe is never cut."""
