@@ -70,7 +70,8 @@ FIELDS: dict[str, Field | Group] = dict(
         max_eval_examples=F(-1, "Seeded random subset of the evaluation split; -1: all."),
         subsample_seed=F(0, "Seed of those subsets (and of the sorting run's and the random "
                          "orderings' draws)."),
-        skip_malformed=F(False, "Skip (and count) malformed rows instead of failing."),
+        skip_malformed=F(False, "Skip (and count) malformed rows instead of failing; an "
+                         "unknown label only in train."),
         custom=G("The task declared in the config; read only when data.task=custom. Tuples "
                  "are Python literals on the command line: "
                  "--config.data.custom.text_fields=\"('question', 'answer')\".", dict(

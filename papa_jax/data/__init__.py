@@ -121,4 +121,8 @@ def load_split(data_cfg, split: str, tokenizer, type_vocab_size: int,
     logging.info("%s/%s: %d of %d examples lost word pieces to max_length=%d%s.",
                  task.name, split, enc.truncated, len(enc), data_cfg.max_length,
                  " and the PAPA layout" if data_cfg.papa_layout else "")
+  if enc.unpieced:
+    logging.warning("%s/%s: %d words have no word piece under this tokenizer (e.g. %s); "
+                    "their tags are not scored.", task.name, split, enc.unpieced,
+                    ", ".join(ascii(w) for w in enc.unpieced_words))
   return enc

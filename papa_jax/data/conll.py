@@ -11,6 +11,9 @@ line has as many columns as the file's first token line.
 CoNLL-U (universaldependencies.org/format.html): ten tab-separated fields
 (FORM may contain spaces); `#` comment lines; multiword-token ranges (`1-2`)
 and empty nodes (`8.1`) are skipped; word IDs must run 1..n in a sentence.
+
+In both, tags are stripped of surrounding spaces (as every label is), so
+`B-ORG ` is the tag `B-ORG`, and a token or FORM of spaces only is an error.
 """
 
 from __future__ import annotations
@@ -96,10 +99,10 @@ def read_conll(path: str, *, token_column: int, tag_column: int,
     if len(fields) != width:
       sent.fail(DataError(f"{path}:{number}: found {len(fields)} columns; the first token "
                           f"line (line {first}) has {width}."))
-    elif not fields[token_column] or not fields[tag_column]:
+    elif not fields[token_column].strip() or not fields[tag_column].strip():
       sent.fail(DataError(f"{path}:{number}: empty token or tag column."))
     else:
-      sent.add(number, fields[token_column], fields[tag_column])
+      sent.add(number, fields[token_column], fields[tag_column].strip())
   if (out := sent.close()) is not None:
     yield out
 
@@ -108,9 +111,9 @@ def _conllu_word(fields: list[str], expected: int, tag_index: int) -> str | None
   """Why a word line is malformed, or None."""
   if not _WORD_ID.fullmatch(fields[0]) or int(fields[0]) != expected:
     return f"word ID {fields[0]!r} where {expected} was expected (IDs run 1..n in a sentence)"
-  if not fields[1]:
-    return "empty FORM"
-  tag = fields[tag_index]
+  if not fields[1].strip():
+    return f"FORM {fields[1]!r} is not a word"
+  tag = fields[tag_index].strip()
   if tag in ("", "_"):
     name = CONLLU_FIELDS[tag_index]
     return (f"{name} is {tag!r}: this file has no {name} tag for the word "
@@ -141,7 +144,7 @@ def read_conllu(path: str, *, tag_field: str = "upos") -> Iterator[TagSentence |
     elif (why := _conllu_word(fields, len(sent.tokens) + 1, tag_index)) is not None:
       sent.fail(DataError(f"{where}: {why}."))
     else:
-      sent.add(number, fields[1], fields[tag_index])
+      sent.add(number, fields[1], fields[tag_index].strip())
       forms.add(fields[1])
   if (out := sent.close()) is not None:
     yield out

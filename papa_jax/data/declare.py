@@ -13,6 +13,8 @@ import dataclasses
 import os
 import re
 
+from absl import logging
+
 from papa_jax import shared
 from papa_jax.data import conll, readers, tables
 from papa_jax.data.errors import TaskConfigError
@@ -197,6 +199,18 @@ def _check_labels(task: Task, collected: bool) -> None:
                           "data.custom.metrics=('accuracy',) (token accuracy).")
 
 
+def _warn_near_iob(task: Task) -> None:
+  """Says so when a tag set is IOB but for a few tags, which switch its default metric
+  from entity F1 to token accuracy (a typo such as `B-` or `o` would do it)."""
+  if task.kind != "tagging" or is_iob(task.label_names):
+    return
+  odd = [t for t in task.label_names if not _IOB.fullmatch(t)]
+  if len(odd) * 2 < len(task.label_names) and any(t[:2] in ("B-", "I-") for t in task.label_names):
+    logging.warning("Task %s: its tags are IOB but for %s, so its default metric is token "
+                    "accuracy, not entity F1; fix those tags, or declare "
+                    "data.custom.metrics.", task.name, odd)
+
+
 def resolve_task(data_cfg) -> Task:
   """The full task of `config.data`: collected labels, default metrics, all checked."""
   task = check_config(data_cfg)
@@ -210,5 +224,6 @@ def resolve_task(data_cfg) -> Task:
     task = dataclasses.replace(task, label_names=labels)
   if not task.metrics:
     task = dataclasses.replace(task, metrics=default_metrics(task.kind, task.label_names))
+    _warn_near_iob(task)
   _check_labels(task, collected)
   return task

@@ -30,6 +30,8 @@ class Encoded:
     labels: `[N]` (int32 classes or float32 scores) or `[N, L]` int32 tags
       with `IGNORE` where a position is not scored.
     truncated: examples that lost word pieces to `max_length` or the layout.
+    unpieced: tagging words the tokenizer gave no word piece (a soft hyphen, a
+      zero-width space): their tags are not scored; up to five shown in `unpieced_words`.
   """
 
   input_ids: np.ndarray
@@ -37,6 +39,8 @@ class Encoded:
   token_type_ids: np.ndarray
   labels: np.ndarray
   truncated: int = 0
+  unpieced: int = 0
+  unpieced_words: tuple[str, ...] = ()
 
   def __len__(self) -> int:
     return len(self.input_ids)
@@ -51,7 +55,8 @@ class Encoded:
 
   def take(self, idx: np.ndarray) -> Encoded:
     return Encoded(**{k: v[idx] for k, v in self.arrays().items()},
-                   truncated=self.truncated)
+                   truncated=self.truncated, unpieced=self.unpieced,
+                   unpieced_words=self.unpieced_words)
 
 
 def papa_sentence_layout(ids: Sequence[int], types: Sequence[int], sep_id: int,
@@ -130,21 +135,28 @@ def encode_tags(task: Task, records: list[dict], tokenizer, max_length: int, *,
   mask = np.asarray(enc["attention_mask"], np.int32)
   types = np.zeros((n, L), np.int32)
   labels = np.full((n, L), IGNORE, np.int32)
-  truncated = 0
+  truncated, unpieced = 0, []
   for i, r in enumerate(records):
     seen = set()
     for pos, w in enumerate(enc.word_ids(i)):
       if w is not None and w not in seen:
         seen.add(w)
         labels[i, pos] = r["tags"][w]
-    truncated += len(seen) < len(r["tokens"])
+    # Words after the last one placed were cut off if the sequence is full; any other
+    # missing word had no word piece at all.
+    full = mask[i].sum() == L
+    last = max(seen, default=-1)
+    missing = [w for w in range(len(r["tokens"])) if w not in seen and (w < last or not full)]
+    unpieced += [r["tokens"][w] for w in missing]
+    truncated += full and last < len(r["tokens"]) - 1
     if papa_layout:
       sep = np.flatnonzero(ids[i] == tokenizer.sep_token_id)
       if not len(sep):
         raise DataError("tokenized example has no separator token; PAPA layout needs one.")
       ids[i, sep[0]], mask[i, sep[0]] = tokenizer.pad_token_id, 0
       ids[i, L - 1], mask[i, L - 1], labels[i, L - 1] = tokenizer.sep_token_id, 1, IGNORE
-  return Encoded(ids, mask, types, labels, truncated=int(truncated))
+  return Encoded(ids, mask, types, labels, truncated=int(truncated), unpieced=len(unpieced),
+                 unpieced_words=tuple(unpieced[:5]))
 
 
 def encode(task: Task, records: list[dict], tokenizer, max_length: int, *,

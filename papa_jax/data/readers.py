@@ -23,6 +23,9 @@ __all__ = ["DataError", "ReadStats", "collect_labels", "label_order", "one_class
            "raw_examples", "read_split", "split_path"]
 
 _INTEGER = re.compile(r"[+-]?[0-9]+")
+# A decimal number as CSV, TSV and JSON write one; Python's float() would also take
+# `1_000`, non-ASCII digits (`١`) and `infinity`.
+_NUMBER = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
 
 
 @dataclasses.dataclass
@@ -76,9 +79,14 @@ def raw_examples(task: Task, path: str) -> Iterator[tables.TextRow | conll.TagSe
   raise DataError(f"Task {task.name}: unknown format {task.format!r}.")
 
 
+class UnknownLabel(DataError):
+  """A label outside the task's label set: in an evaluation split never skipped, since
+  dropping examples for their label would score a different dev set."""
+
+
 def _unknown(task: Task, raw: str, where: str) -> DataError:
   ids = f" (or its id 0..{task.num_labels - 1})" if task.label_ids_in_file else ""
-  return DataError(f"{where}: label {raw!r} is not in the {task.name} label set "
+  return UnknownLabel(f"{where}: label {raw!r} is not in the {task.name} label set "
                    f"{list(task.label_names)}{ids}.")
 
 
@@ -94,9 +102,12 @@ def _score(raw: str, where: str) -> float:
   try:
     value = float(raw)
   except ValueError:
-    raise DataError(f"{where}: regression label {raw!r} is not a number.") from None
-  if not math.isfinite(value):
+    value = None
+  if value is not None and not math.isfinite(value):
     raise DataError(f"{where}: regression label {raw!r} is not finite.")
+  if value is None or not _NUMBER.fullmatch(raw):
+    raise DataError(f"{where}: regression label {raw!r} is not a number (decimal digits, "
+                    "an optional point and exponent: 3, -0.5, 1e-3).")
   return value
 
 
@@ -154,6 +165,11 @@ def read_split(task: Task, data_dir: str, split: str, *, skip_malformed: bool = 
   for ex in _examples(task, path, skip_malformed, stats):
     try:
       rec = _record(task, ids, ex, path, idx)
+    except UnknownLabel as e:
+      if not skip_malformed or split != "train":
+        raise _not_skipped(e, task, skip_malformed) from None
+      stats.skipped += 1
+      continue
     except DataError:
       if not skip_malformed:
         raise
@@ -164,6 +180,14 @@ def read_split(task: Task, data_dir: str, split: str, *, skip_malformed: bool = 
   if idx == 0:
     skipped = f" ({stats.skipped} malformed skipped)" if stats.skipped else ""
     raise DataError(f"{path} has no examples{skipped}.")
+
+
+def _not_skipped(error: UnknownLabel, task: Task, skip_malformed: bool) -> UnknownLabel:
+  if not skip_malformed:
+    return error
+  field = "" if task.name in TASKS else " (list it in data.custom.label_names to score it)"
+  return UnknownLabel(f"{error} Not skipped by skip_malformed: an evaluation split keeps "
+                      f"every example a probe cannot predict, as an error{field}.")
 
 
 def one_class_error(path: str, label) -> DataError:

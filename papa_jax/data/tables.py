@@ -103,6 +103,9 @@ def read_table(path: str, fmt: str, *, header: bool, quoting: str, text_fields: 
   for line, row in rows:
     if isinstance(row, DataError):
       yield row
+    elif header and row == first_row:
+      yield DataError(f"{path}:{line}: the header again (line {first_line}): are two files "
+                      "joined here?")
     elif len(row) != width:
       what = "header" if header else "first row"
       yield DataError(f"{path}:{line}: found {len(row)} {_sep(fmt)}-separated fields; the "
@@ -138,6 +141,36 @@ def _reject_constant(name: str):
   raise ValueError(f"{name} is not a JSON value")
 
 
+class _Unreadable(ValueError):
+  """Valid JSON that has no faithful Python reading (the message says why)."""
+
+
+def _finite_float(text: str) -> float:
+  value = float(text)
+  if not math.isfinite(value):
+    raise _Unreadable(f"the number {text} is beyond a float's range")
+  return value
+
+
+def _unique_names(pairs: list[tuple[str, object]]) -> dict:
+  # RFC 8259: names SHOULD be unique; where they are not, readers disagree on the value.
+  obj = dict(pairs)
+  if len(obj) < len(pairs):
+    names = [name for name, _ in pairs]
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    raise _Unreadable(f"an object repeats the names {repeated}")
+  return obj
+
+
+def _lone_surrogate(value: str) -> bool:
+  # A \ud800-style escape without its pair is valid JSON but no character: not UTF-8.
+  try:
+    value.encode("utf-8")
+  except UnicodeEncodeError:
+    return True
+  return False
+
+
 def read_jsonl(path: str, *, text_fields: Sequence[str],
                label_field: str) -> Iterator[TextRow | DataError]:
   """Rows of a JSON Lines file: one JSON object per line, blank lines allowed."""
@@ -147,7 +180,11 @@ def read_jsonl(path: str, *, text_fields: Sequence[str],
       continue
     where = f"{path}:{line}"
     try:
-      obj = json.loads(raw, parse_constant=_reject_constant)
+      obj = json.loads(raw, parse_constant=_reject_constant, parse_float=_finite_float,
+                       object_pairs_hook=_unique_names)
+    except _Unreadable as e:
+      yield DataError(f"{where}: {e}.")
+      continue
     except ValueError as e:
       detail = f"{e.msg} at column {e.colno}" if isinstance(e, json.JSONDecodeError) else e
       yield DataError(f"{where}: not valid JSON ({detail}).")
@@ -163,6 +200,12 @@ def read_jsonl(path: str, *, text_fields: Sequence[str],
     if bad:
       yield DataError(f"{where}: text fields must be strings; {bad[0]!r} is "
                       f"{_show(obj[bad[0]])}.")
+      continue
+    lone = [f for f in (*text_fields, label_field)
+            if isinstance(obj[f], str) and _lone_surrogate(obj[f])]
+    if lone:
+      yield DataError(f"{where}: field {lone[0]!r} holds a lone UTF-16 surrogate escape "
+                      "(\\ud800 to \\udfff without its pair), which is no character.")
       continue
     label = _json_label(obj[label_field])
     if label is None:

@@ -119,8 +119,12 @@ def test_invalid_header_row_width(tmp_path):
           r"train\.csv:3: found 3 comma-separated fields; the header \(line 1\) has 2")
 
 
-@pytest.mark.parametrize("value,why", [("high", "is not a number"), ("nan", "is not finite"),
-                                       ("-inf", "is not finite"), ("", "empty label")])
+@pytest.mark.parametrize("value,why", [
+    ("high", "is not a number"), ("nan", "is not finite"), ("-inf", "is not finite"),
+    ("", "empty label"), ("1e400", "is not finite"), ("infinity", "is not finite"),
+    # Python's float() takes these; no data file writes a number so.
+    ("1_0", "'1_0' is not a number"), ("\uff11", "is not a number"), ("0x10", "not a number"),
+])
 def test_invalid_regression_label(tmp_path, value, why):
   cfg = _csv(tmp_path, f"text,label\na,0.5\nb,{value}\n", kind="regression")
   _raises(lambda: data.load_records(cfg, "train"), rf"train\.csv:3: .*{why}")
@@ -143,6 +147,10 @@ def test_invalid_csv_quoting_is_strict(tmp_path):
     ('{"t": "a", "y": null}', r"label field 'y' is null"),
     ('{"t": "a", "y": {"v": 1}}', r"label field 'y' is \{\"v\": 1\}"),
     ('{"t": "a", "y": NaN}', r"not valid JSON \(NaN is not a JSON value"),
+    ('{"t": "a", "y": 1e400}', r"the number 1e400 is beyond a float's range"),
+    ('{"t": "a", "y": 0, "y": 1}', r"an object repeats the names \['y'\]"),
+    ('{"t": "a\\ud800", "y": 1}', r"field 't' holds a lone UTF-16 surrogate escape"),
+    ('{"t": "a", "y": "\\udfff"}', r"field 'y' holds a lone UTF-16 surrogate escape"),
 ])
 def test_invalid_jsonl_lines(tmp_path, line, why):
   write(tmp_path, "t.jsonl", '{"t": "ok", "y": 0}\n\n' + line + "\n")
@@ -173,7 +181,9 @@ def test_invalid_conll_columns(tmp_path):
     ("2 b b NOUN _ _ 1 dep _ _", r"found 1 tab-separated fields.*separated by tabs"),
     ("3\tb\tb\tNOUN\t_\t_\t1\tdep\t_\t_", r"word ID '3' where 2 was expected \(IDs run 1\.\.n"),
     ("2\tb\tb\t_\t_\t_\t1\tdep\t_\t_", r"UPOS is '_': this file has no UPOS tag for the word 'b'"),
-    ("2\t\tb\tNOUN\t_\t_\t1\tdep\t_\t_", "empty FORM"),
+    ("2\t\tb\tNOUN\t_\t_\t1\tdep\t_\t_", "FORM '' is not a word"),
+    ("2\t \tb\tNOUN\t_\t_\t1\tdep\t_\t_", "FORM ' ' is not a word"),
+    ("2\tb\tb\t \t_\t_\t1\tdep\t_\t_", "UPOS is ''"),
     ("two\tb\tb\tNOUN\t_\t_\t1\tdep\t_\t_", r"word ID 'two'"),
 ])
 def test_invalid_conllu_lines(tmp_path, line, why):
@@ -209,3 +219,75 @@ def test_invalid_skip_malformed_skips_and_counts(tmp_path, caplog):
   assert [r["tokens"] for r in data.load_records(cfg, "train")] == [["e"]]
   cfg.skip_malformed = False
   _raises(lambda: data.load_records(cfg, "train"), r"t\.txt:2: found 3 columns")
+
+
+@pytest.mark.parametrize("content,line,why", [
+    (b"text,label\nh,\x00\nw,b\n", 2, r"byte offset 13: a NUL byte.*must be UTF-8 text"),
+    ("text,label\nh,a\nw,b\n".encode("utf-16-le"), 1,
+     r"byte offset 1: a NUL byte.*looks like UTF-16 \(without a byte-order mark\)"),
+])
+def test_invalid_nul_byte_names_line_and_offset(tmp_path, content, line, why):
+  """A NUL read as text became part of a label (a class of its own) or a text."""
+  cfg = _csv(tmp_path, content)
+  _raises(lambda: data.load_records(cfg, "train"), rf"train\.csv:{line}: {why}")
+  write(tmp_path, "t.txt", b"EU B-ORG\x00\nrejects O\n")
+  cfg = custom_config(tmp_path, format="conll", kind="tagging", train="t.txt",
+                      validation="t.txt")
+  _raises(lambda: data.resolve_task(cfg), r"t\.txt:1: byte offset 8: a NUL byte")
+
+
+def test_invalid_header_repeated_mid_file(tmp_path):
+  """Two CSV files joined with `cat`: the second header would be an example of class
+  'label'."""
+  cfg = _csv(tmp_path, "text,label\nh,a\nw,b\ntext,label\nx,a\n")
+  _raises(lambda: data.resolve_task(cfg), r"train\.csv:4: the header again \(line 1\)")
+  cfg.skip_malformed = True
+  assert data.resolve_task(cfg).label_names == ("a", "b")
+
+
+def test_tags_are_stripped_like_every_label(tmp_path):
+  """`B-ORG ` (a tab-separated CoNLL column, a CoNLL-U UPOS) was a class apart from
+  `B-ORG`, and an entity type `ORG ` apart from `ORG`."""
+  write(tmp_path, "t.txt", "EU\tB-ORG \nrejects\tO\n\nUN\tB-ORG\n\n")
+  cfg = custom_config(tmp_path, format="conll", kind="tagging", train="t.txt",
+                      validation="t.txt", separator="tab")
+  task = data.resolve_task(cfg)
+  assert task.label_names == ("B-ORG", "O") and "f1" in task.metrics
+  assert [r["tags"] for r in data.load_records(cfg, "train")] == [[0, 1], [0]]
+  write(tmp_path, "t.conllu", "1\ta\ta\tDET \t_\t_\t2\tdet\t_\t_\n"
+        "2\tb\tb\tNOUN\t_\t_\t0\troot\t_\t_\n\n1\tc\tc\tDET\t_\t_\t0\troot\t_\t_\n")
+  cfg = custom_config(tmp_path, format="conllu", kind="tagging", train="t.conllu",
+                      validation="t.conllu")
+  assert data.resolve_task(cfg).label_names == ("DET", "NOUN")
+
+
+def test_skip_malformed_never_drops_evaluation_examples_for_their_label(tmp_path):
+  """Dropping dev examples of a class the train split lacks scored a different dev set."""
+  cfg = _csv(tmp_path, "text,label\na,a\nb,b\nz,c\n", "text,label\nz,a\ny,c\nx,c\n",
+             label_names=("a", "b"))
+  cfg.skip_malformed = True
+  assert [r["text_a"] for r in data.load_records(cfg, "train")] == ["a", "b"]  # Train: skipped.
+  _raises(lambda: data.load_records(cfg, "validation"),
+          r"dev\.csv:3: label 'c' is not in the custom label set \['a', 'b'\]\. Not skipped "
+          r"by skip_malformed.*data\.custom\.label_names")
+  write(tmp_path, "t.txt", "EU B-ORG\nrejects O\n\n")
+  write(tmp_path, "d.txt", "UN B-ORG\n\nParis B-LOC\n\n")
+  cfg = custom_config(tmp_path, format="conll", kind="tagging", train="t.txt",
+                      validation="d.txt")
+  cfg.skip_malformed = True
+  _raises(lambda: data.load_records(cfg, "validation"), r"d\.txt:3: label 'B-LOC'.*Not skipped")
+
+
+def test_a_few_non_iob_tags_are_named_when_they_switch_the_default_metric(tmp_path, caplog):
+  write(tmp_path, "t.txt", "EU B-\nrejects O\n\nPeter B-PER\nBlackburn I-PER\n\n")
+  cfg = custom_config(tmp_path, format="conll", kind="tagging", train="t.txt",
+                      validation="t.txt")
+  with caplog.at_level(logging.WARNING):
+    assert data.resolve_task(cfg).metrics == ("accuracy",)
+  assert "its tags are IOB but for ['B-'], so its default metric is token accuracy" in (
+      caplog.text)
+  caplog.clear()
+  write(tmp_path, "t.txt", "EU NNP\nrejects VBZ\n\n")  # POS tags: no warning.
+  with caplog.at_level(logging.WARNING):
+    data.resolve_task(cfg)
+  assert "IOB" not in caplog.text

@@ -84,3 +84,19 @@ def test_invalid_tokens_and_tags_disagree(minilm_tokenizer):
   with pytest.raises(ValueError, match="2 tokens but 1 tags"):
     preprocess.encode(tasks.get_task("ner"), [dict(idx=3, tokens=["a", "b"], tags=[0])],
                       minilm_tokenizer, 12)
+
+
+def test_encode_tags_words_without_a_word_piece_are_counted_apart_from_truncation(
+    minilm_tokenizer):
+  """A soft hyphen or zero-width space has no word piece: its tag cannot be scored, which
+  is said as such, not counted as truncation (which only a full sequence can be)."""
+  task = tasks.get_task("ner")
+  recs = [dict(idx=0, tokens=["EU", "\u00ad", "rejects", "\u200b"], tags=[3, 0, 0, 0]),
+          dict(idx=1, tokens=["a"] * 20, tags=[0] * 20)]
+  enc = preprocess.encode(task, recs, minilm_tokenizer, 12)
+  assert (enc.unpieced, enc.unpieced_words) == (2, ("\u00ad", "\u200b"))
+  assert enc.truncated == 1  # The 20-word sentence only.
+  assert (enc.labels[0] != preprocess.IGNORE).sum() == 2  # EU, rejects.
+  whole = preprocess.encode(task, recs[:1], minilm_tokenizer, 12)
+  assert (whole.truncated, whole.unpieced) == (0, 2)
+  assert whole.take(np.array([0])).unpieced == 2
