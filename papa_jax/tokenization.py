@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import glob
 import hashlib
+import json
 import os
 from typing import Sequence
 
@@ -26,6 +27,17 @@ MAX_UNKNOWN = 0.2  # Refuse when more word pieces than this are [UNK] in the dat
 class TokenizerError(ValueError):
   """A tokenizer that does not fit the model it is used with."""
 
+
+def _bad_json(model_dir: str) -> str:
+  """'; in FILE' for the first of the directory's JSON files that does not parse."""
+  for name in sorted(os.listdir(model_dir)):
+    if name.endswith(".json"):
+      try:
+        with open(os.path.join(model_dir, name), encoding="utf-8") as f:
+          json.load(f)
+      except (ValueError, UnicodeDecodeError) as e:
+        return f"; in {name}: {e}"
+  return ""
 
 def load_tokenizer(model_dir: str, config: EncoderConfig | None = None, **kwargs):
   """A Hugging Face fast tokenizer from `model_dir` (no network).
@@ -48,7 +60,7 @@ def load_tokenizer(model_dir: str, config: EncoderConfig | None = None, **kwargs
     tok = AutoTokenizer.from_pretrained(model_dir, use_fast=True, local_files_only=True, **kwargs)
   except (OSError, ValueError) as e:
     raise TokenizerError(
-        f"No usable tokenizer files in {model_dir!r} ({e}); the model "
+        f"No usable tokenizer files in {model_dir!r} ({e}{_bad_json(model_dir)}); the model "
         "directory needs tokenizer.json or vocab files next to config.json.") from e
   if not getattr(tok, "is_fast", False):
     raise TokenizerError(f"The tokenizer in {model_dir!r} is not a fast tokenizer; "

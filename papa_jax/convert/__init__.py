@@ -120,6 +120,9 @@ def resolve_model_dir(name_or_path: str) -> str:
   path = os.path.expanduser(name_or_path)
   if os.path.isdir(path):
     return path
+  if os.path.isfile(path):
+    raise FileNotFoundError(f"{name_or_path!r} is a file: give the model's directory "
+                            f"({os.path.dirname(os.path.abspath(path))!r}), or an .onnx file.")
   if name_or_path.startswith((".", "/", "~")) or os.path.exists(path):
     raise FileNotFoundError(f"Model directory {name_or_path!r} does not exist "
                             "(or is not a directory).")

@@ -19,8 +19,7 @@ def weight_files(model_dir: str) -> list[str]:
   for index in (SAFETENSORS_INDEX, PYTORCH_BIN_INDEX):
     path = os.path.join(model_dir, index)
     if os.path.isfile(path):
-      with open(path) as f:
-        shards = sorted(set(json.load(f)["weight_map"].values()))
+      shards = sorted(set(_weight_map(path).values()))
       files = [os.path.join(model_dir, s) for s in shards]
       missing = [f for f in files if not os.path.isfile(f)]
       if missing:
@@ -30,10 +29,27 @@ def weight_files(model_dir: str) -> list[str]:
     path = os.path.join(model_dir, name)
     if os.path.isfile(path):
       return [path]
+  onnx = sorted(f for f in os.listdir(model_dir) if f.lower().endswith(".onnx"))
+  hint = (f" It holds {onnx}: to load an ONNX export, give the .onnx file's path as the "
+          "model (config.json is not read for it)." if onnx else "")
   raise FileNotFoundError(
       f"{model_dir!r} has no {SAFETENSORS} or {PYTORCH_BIN} (nor a sharded "
-      "index of either)."
+      f"index of either).{hint}"
   )
+
+
+def _weight_map(path: str) -> dict[str, str]:
+  """The `weight_map` (tensor name -> shard file) of a sharded checkpoint's index."""
+  try:
+    with open(path, encoding="utf-8") as f:
+      index = json.load(f)
+  except (ValueError, UnicodeDecodeError) as e:
+    raise ValueError(f"{path} is not valid JSON: {e}") from None
+  weight_map = index.get("weight_map") if isinstance(index, dict) else None
+  if not isinstance(weight_map, dict) or not all(
+      isinstance(v, str) for v in weight_map.values()):
+    raise ValueError(f"{path} has no 'weight_map' object (tensor name -> shard file).")
+  return weight_map
 
 
 class LazyStateDict(Mapping):
@@ -41,9 +57,15 @@ class LazyStateDict(Mapping):
 
   def __init__(self):
     self._loaders: dict[str, Callable[[], np.ndarray]] = {}
+    self._files: dict[str, str] = {}
 
-  def add(self, name: str, loader: Callable[[], np.ndarray]) -> None:
+  def add(self, name: str, loader: Callable[[], np.ndarray], path: str = "") -> None:
+    """Registers a tensor; a name already registered (two shards) is an error: which copy
+    a reader would take is not defined."""
+    if name in self._loaders:
+      raise ValueError(f"Tensor {name} is stored twice: in {self._files[name]} and in {path}.")
     self._loaders[name] = loader
+    self._files[name] = path
 
   def __getitem__(self, name: str) -> np.ndarray:
     return self._loaders[name]()
@@ -68,12 +90,14 @@ def _read_safetensors(path: str, out: LazyStateDict) -> None:
     def load():
       try:
         return f.get_tensor(name)
-      except (SafetensorError, OSError, ValueError) as e:
-        raise ValueError(f"Could not read tensor {name} of {path}: {e}") from e
+      except Exception as e:  # pylint: disable=broad-except
+        # numpy lacks some safetensors dtypes (float8: AttributeError), among others.
+        raise ValueError(f"Could not read tensor {name} of {path} "
+                         f"({type(e).__name__}: {e}).") from e
     return load
 
   for name in names:
-    out.add(name, loader(name))
+    out.add(name, loader(name), path)
 
 
 def _read_torch_bin(path: str, out: LazyStateDict) -> None:
@@ -94,7 +118,7 @@ def _read_torch_bin(path: str, out: LazyStateDict) -> None:
                     else v.numpy())
 
   for k, v in state.items():
-    out.add(k, loader(v))
+    out.add(k, loader(v), path)
 
 
 def read_state_dict(model_dir: str) -> LazyStateDict:

@@ -48,10 +48,16 @@ def read_config_json(model_dir: str) -> dict[str, Any]:
         "needs config.json plus model.safetensors or pytorch_model.bin."
     )
   try:
-    with open(path) as f:
-      return json.load(f)
+    with open(path, encoding="utf-8") as f:
+      cfg = json.load(f)
   except json.JSONDecodeError as e:
     raise ValueError(f"{path} is not valid JSON: {e}") from e
+  except UnicodeDecodeError as e:
+    raise ValueError(f"{path} is not UTF-8 (byte offset {e.start}: "
+                     f"{e.object[e.start:e.end]!r}).") from None
+  if not isinstance(cfg, dict):
+    raise ValueError(f"{path} holds a JSON {type(cfg).__name__}, not an object of fields.")
+  return cfg
 
 
 def _unsupported(cfg: dict[str, Any], key: str, ok: Any, what: str) -> None:
@@ -61,7 +67,22 @@ def _unsupported(cfg: dict[str, Any], key: str, ok: Any, what: str) -> None:
 
 
 def encoder_config_from_hf(cfg: dict[str, Any], name: str = "") -> EncoderConfig:
-  """Maps a Hugging Face config dict to an `EncoderConfig`, resolving family quirks."""
+  """Maps a Hugging Face config dict to an `EncoderConfig`, resolving family quirks;
+  ValueError naming the field when one is missing or out of range."""
+  try:
+    return _encoder_config(cfg, name)
+  except KeyError as e:
+    raise ValueError(f"config.json{_of(name)} lacks the field {e.args[0]!r}, which a "
+                     f"{cfg.get('model_type')} config needs.") from None
+  except ValueError as e:
+    raise ValueError(f"config.json{_of(name)}: {e}") from None
+
+
+def _of(name: str) -> str:
+  return f" of {name}" if name else ""
+
+
+def _encoder_config(cfg: dict[str, Any], name: str) -> EncoderConfig:
   model_type = cfg.get("model_type")
   if model_type not in MODEL_TYPES:
     raise ValueError(

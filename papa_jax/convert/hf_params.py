@@ -249,8 +249,26 @@ def normalize_keys(c: EncoderConfig, keys: Iterable[str]) -> dict[str, str]:
     key = orig[len(prefix):] if has_prefix and orig.startswith(prefix) else orig
     key = re.sub(r"LayerNorm\.gamma$", "LayerNorm.weight", key)
     key = re.sub(r"LayerNorm\.beta$", "LayerNorm.bias", key)
+    if key in out:  # Which of the two a reader takes is not defined: refuse both.
+      raise ValueError(f"Checkpoint tensors {out[key]} and {orig} are both {key}.")
     out[key] = orig
   return out
+
+
+def _weights(state: Mapping[str, np.ndarray], name: str, source: str) -> np.ndarray:
+  """A checkpoint tensor that can be weights: floating point (not integers, which a cast
+  would turn into other numbers: quantized weights need their scales), every value finite."""
+  value = np.asarray(state[name])
+  if value.dtype.kind in "biu":
+    raise ValueError(f"{source}: tensor {name} is {value.dtype}, not floating point "
+                     "(a quantized checkpoint? dequantize it first).")
+  finite = np.isfinite(value.astype(np.float32, copy=False))
+  if not finite.all():
+    at = np.unravel_index(int(np.argmin(finite)), value.shape)
+    raise ValueError(f"{source}: tensor {name} {value.shape} holds {(~finite).sum()} "
+                     f"non-finite values (first at {tuple(int(i) for i in at)}: "
+                     f"{value[at]}).")
+  return value
 
 
 def _set(tree: dict, path: Iterable[str], value) -> None:
@@ -280,7 +298,10 @@ def params_from_state_dict(c: EncoderConfig, state: Mapping[str, np.ndarray], *,
     ValueError: listing missing keys, unexpected keys, or shape mismatches
       between the checkpoint and the architecture in its config.
   """
-  names = normalize_keys(c, state.keys())
+  try:
+    names = normalize_keys(c, state.keys())
+  except ValueError as e:
+    raise ValueError(f"{source}: {e}") from None
   rules = family_rules(c, layer_groups)
   missing = sorted({key for _, key, _ in rules if key not in names})
   used = {key for _, key, _ in rules}
@@ -300,7 +321,7 @@ def params_from_state_dict(c: EncoderConfig, state: Mapping[str, np.ndarray], *,
   bad = []
   for path, key, fn in rules:
     if key not in cache:
-      cache = {key: np.asarray(state[names[key]])}  # Keep only the tensor in use.
+      cache = {key: _weights(state, names[key], source)}  # Keep only the tensor in use.
     try:
       value = np.asarray(fn(cache[key]), dtype=np.float32)
       got = value.shape

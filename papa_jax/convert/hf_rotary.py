@@ -82,7 +82,7 @@ def _modernbert(cfg: dict[str, Any], name: str) -> EncoderConfig:
       mlp_bias=bool(cfg.get("mlp_bias", False)), norm_bias=bool(cfg.get("norm_bias", False)),
       rotary_theta=theta[FULL], rotary_theta_local=theta[SLIDING] if local else 0.0,
       local_window=cfg.get("local_attention", 128) // 2 if local else 0,
-      global_every=every if local else 1, probe_dropout=cfg.get("classifier_dropout", 0.0),
+      global_every=every if local else 1, probe_dropout=cfg.get("classifier_dropout") or 0.0,
       add_prefix_space=True, family="modernbert", name=name)
 
 

@@ -75,6 +75,13 @@ def _in_head(node) -> bool:
   return any(p in TASK_HEADS for p in node.name.split("/")[:-1])
 
 
+def _shape(g: Graph, name: str) -> str:
+  """The shape of a weight for a message; `name` may be an Identity of an initializer
+  (exporters share equal weights so), which `g.array` does not read."""
+  value = g.const(name)
+  return str(list(value.shape)) if value is not None else "(shape unknown)"
+
+
 def _weight_name(g: Graph, name: str) -> tuple[str, str, bool] | None:
   """(prefix, Hugging Face name, stored as (in, out)) of one weight tensor; None for a
   task head's own weight (a tied decoder still names the word embeddings)."""
@@ -85,7 +92,7 @@ def _weight_name(g: Graph, name: str) -> tuple[str, str, bool] | None:
   for node, i in uses:
     meaning = _use_meaning(g, node, i)
     if meaning is None:
-      raise g.refuse(f"initializer {name!r} {list(g.array(name).shape)} feeds a "
+      raise g.refuse(f"initializer {name!r} {_shape(g, name)} feeds a "
                      f"{node.op_type} node {node.name!r} (input {i}), which this importer "
                      "does not understand as a BERT weight.")
     module = _node_module(node)
@@ -103,7 +110,7 @@ def _weight_name(g: Graph, name: str) -> tuple[str, str, bool] | None:
                      f"{uses[0][0].name!r}): its name and its use disagree.")
     return own[0], own[1], in_out
   if module is None:
-    raise g.refuse(f"initializer {name!r} {list(g.array(name).shape)} has no Hugging Face "
+    raise g.refuse(f"initializer {name!r} {_shape(g, name)} has no Hugging Face "
                    f"name and its consumer {uses[0][0].op_type} {uses[0][0].name!r} names "
                    "no BERT module (embeddings / encoder.layer.N / pooler); cannot tell "
                    "which weight it is.")

@@ -8,6 +8,8 @@ does. A new family that recombines known quirks needs a converter entry only.
 from __future__ import annotations
 
 import dataclasses
+import math
+import numbers
 from typing import Any
 
 ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu", "swish")
@@ -122,6 +124,7 @@ class EncoderConfig:
   name: str = ""
 
   def __post_init__(self):
+    self._check_numbers()
     for field, value, allowed in (
         ("hidden_act", self.hidden_act, ACTIVATIONS),
         ("position_ids", self.position_ids, POSITION_IDS),
@@ -167,6 +170,28 @@ class EncoderConfig:
       raise ValueError("rotary_theta and local_window need attention='dot'.")
     if self.rotary_theta_local and not self.rotary_theta:
       raise ValueError("rotary_theta_local needs rotary_theta (the global layers' base).")
+
+  def _check_numbers(self) -> None:
+    """Sizes are integers and rates finite numbers in range (a config.json value of
+    "384", 128.0, true or NaN would otherwise fail deep in Flax, or run)."""
+    sizes = dict(vocab_size=1, hidden_size=1, num_layers=1, num_heads=1, intermediate_size=1,
+                 max_position_embeddings=1, type_vocab_size=0, embedding_size=0, head_dim=0,
+                 pad_token_id=None)
+    for field, least in sizes.items():
+      value = getattr(self, field)
+      if not isinstance(value, numbers.Integral) or isinstance(value, bool):
+        raise ValueError(f"{field}={value!r} ({type(value).__name__}) must be an integer.")
+      if least is not None and value < least:
+        raise ValueError(f"{field}={value} must be >= {least}.")
+    rates = dict(layer_norm_eps=(0.0, math.inf), hidden_dropout=(0.0, 1.0),
+                 attention_dropout=(0.0, 1.0), probe_dropout=(0.0, 1.0))
+    for field, (low, high) in rates.items():
+      value = getattr(self, field)
+      if not isinstance(value, numbers.Real) or isinstance(value, bool) or not (
+          math.isfinite(value) and (low < value if field == "layer_norm_eps" else low <= value)
+          and value < high):
+        span = "a finite number > 0" if field == "layer_norm_eps" else f"in [{low}, {high})"
+        raise ValueError(f"{field}={value!r} must be {span}.")
 
   def is_local(self, layer: int) -> bool:
     """Whether `layer` attends within `local_window` (False: every key)."""

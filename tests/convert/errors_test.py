@@ -130,3 +130,98 @@ def test_invalid_mask_shape(tiny_bert):
   model = pj.load_pretrained(str(tiny_bert))
   with pytest.raises(ValueError, match="attention_mask shape"):
     model.apply(jnp.ones((2, 8), jnp.int32), jnp.ones((2, 7), jnp.int32))
+
+
+def _edit_config(model_dir, **fields):
+  cfg = json.loads((model_dir / "config.json").read_text())
+  cfg.update(fields)
+  (model_dir / "config.json").write_text(json.dumps(cfg))
+
+
+@pytest.mark.parametrize("fields,match", [
+    (dict(hidden_size="32"), r"hidden_size='32' \(str\) must be an integer"),
+    (dict(hidden_size=32.0), r"hidden_size=32.0 \(float\) must be an integer"),
+    (dict(num_hidden_layers=True), r"num_layers=True \(bool\) must be an integer"),
+    (dict(num_attention_heads=0), "num_heads=0 must be >= 1"),
+    (dict(layer_norm_eps=float("nan")), "layer_norm_eps=nan must be a finite number > 0"),
+    (dict(layer_norm_eps=-1), "layer_norm_eps=-1 must be a finite number > 0"),
+    (dict(layer_norm_eps="1e-12"), "layer_norm_eps='1e-12' must be a finite number > 0"),
+    (dict(hidden_dropout_prob=1.5), r"hidden_dropout=1.5 must be in \[0.0, 1.0\)"),
+])
+def test_invalid_config_values_name_the_field(tiny_bert, fields, match):
+  """Strings, floats, booleans and NaN in config.json failed deep in Flax or, for a
+  boolean layer count or a NaN epsilon, loaded (the latter giving NaN outputs)."""
+  _edit_config(tiny_bert, **fields)
+  with pytest.raises(ValueError, match=f"config.json of {tiny_bert}: {match}"):
+    pj.load_pretrained(str(tiny_bert))
+
+
+def test_invalid_config_files_name_the_file_and_field(tiny_bert):
+  cfg = json.loads((tiny_bert / "config.json").read_text())
+  del cfg["max_position_embeddings"]
+  (tiny_bert / "config.json").write_text(json.dumps(cfg))
+  with pytest.raises(ValueError, match="lacks the field 'max_position_embeddings', which a "
+                     "bert config needs"):
+    pj.load_pretrained(str(tiny_bert))
+  (tiny_bert / "config.json").write_text("[1, 2]")
+  with pytest.raises(ValueError, match="config.json holds a JSON list, not an object"):
+    pj.load_pretrained(str(tiny_bert))
+  (tiny_bert / "config.json").write_bytes(b'{"model_type": "b\xe9rt"}')
+  with pytest.raises(ValueError, match=r"config.json is not UTF-8 \(byte offset 17"):
+    pj.load_pretrained(str(tiny_bert))
+
+
+@pytest.mark.parametrize("change,match", [
+    ("int8", r"tensor encoder.layer.1.output.dense.weight is int8, not floating point"),
+    ("nan", r"tensor encoder.layer.1.output.dense.weight \(32, 37\) holds 2 non-finite "
+            r"values \(first at \(0, 3\): nan\)"),
+    ("twice", r"Checkpoint tensors bert.encoder.layer.1.output.dense.weight and "
+              r"encoder.layer.1.output.dense.weight are both"),
+    ("gamma", r"Checkpoint tensors embeddings.LayerNorm.gamma and "
+              r"embeddings.LayerNorm.weight are both"),
+])
+def test_invalid_weights_that_loaded_as_other_numbers(tiny_bert, change, match):
+  """Integer tensors were cast (quantized values as weights), NaN loaded, and of two
+  tensors for one weight the later one silently won."""
+  path = str(tiny_bert / "model.safetensors")
+  w = load_file(path)
+  name = "encoder.layer.1.output.dense.weight"
+  if change == "int8":
+    w[name] = np.clip(w[name] * 100, -127, 127).astype(np.int8)
+  elif change == "nan":
+    w[name][0, 3] = np.nan
+    w[name][5, 1] = np.inf
+  elif change == "twice":
+    w["bert." + name] = w[name] + 1
+    w = {("bert." + k if k.startswith("embeddings.") else k): v for k, v in w.items()}
+  else:
+    w["embeddings.LayerNorm.gamma"] = w["embeddings.LayerNorm.weight"] + 1
+  save_file(w, path)
+  with pytest.raises(ValueError, match=f"{tiny_bert}: {match}"):
+    pj.load_pretrained(str(tiny_bert))
+
+
+def test_invalid_tensor_in_two_shards(tiny_bert):
+  """The later shard's copy won whatever the index said."""
+  w = load_file(str(tiny_bert / "model.safetensors"))
+  names = sorted(w)
+  first, second = names[:10], names[10:]
+  save_file({k: w[k] for k in first}, str(tiny_bert / "model-00001-of-00002.safetensors"))
+  save_file({**{k: w[k] for k in second}, first[0]: w[first[0]] + 1},
+            str(tiny_bert / "model-00002-of-00002.safetensors"))
+  (tiny_bert / "model.safetensors").unlink()
+  index = {"weight_map": {**{k: "model-00001-of-00002.safetensors" for k in first},
+                          **{k: "model-00002-of-00002.safetensors" for k in second}}}
+  (tiny_bert / "model.safetensors.index.json").write_text(json.dumps(index))
+  with pytest.raises(ValueError, match=f"Tensor {first[0]} is stored twice: in .*00001.* "
+                     "and in .*00002"):
+    pj.load_pretrained(str(tiny_bert))
+  (tiny_bert / "model.safetensors.index.json").write_text('{"metadata": {}}')
+  with pytest.raises(ValueError, match="index.json has no 'weight_map' object"):
+    pj.load_pretrained(str(tiny_bert))
+
+
+def test_invalid_file_given_as_model_directory(tiny_bert):
+  with pytest.raises(FileNotFoundError, match=r"model.safetensors' is a file: give the "
+                     rf"model's directory \('{tiny_bert}'\)"):
+    pj.load_pretrained(str(tiny_bert / "model.safetensors"))
