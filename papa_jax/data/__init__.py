@@ -122,7 +122,9 @@ def load_split(data_cfg, split: str, tokenizer, type_vocab_size: int,
                  task.name, split, enc.truncated, len(enc), data_cfg.max_length,
                  " and the PAPA layout" if data_cfg.papa_layout else "")
   if enc.unpieced:
-    logging.warning("%s/%s: %d words have no word piece under this tokenizer (e.g. %s); "
-                    "their tags are not scored.", task.name, split, enc.unpieced,
-                    ", ".join(ascii(w) for w in enc.unpieced_words))
+    what, why = (("words", "their tags are not scored") if task.kind == "tagging" else
+                 ("texts", "those inputs are special tokens only"))
+    logging.warning("%s/%s: %d %s have no word piece under this tokenizer (e.g. %s); %s.",
+                    task.name, split, enc.unpieced, what,
+                    ", ".join(ascii(w) for w in enc.unpieced_words), why)
   return enc

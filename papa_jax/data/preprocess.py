@@ -30,8 +30,9 @@ class Encoded:
     labels: `[N]` (int32 classes or float32 scores) or `[N, L]` int32 tags
       with `IGNORE` where a position is not scored.
     truncated: examples that lost word pieces to `max_length` or the layout.
-    unpieced: tagging words the tokenizer gave no word piece (a soft hyphen, a
-      zero-width space): their tags are not scored; up to five shown in `unpieced_words`.
+    unpieced: tagging words (sentence tasks: texts) the tokenizer gave no word piece (a
+      soft hyphen, a zero-width space): their tags are not scored (the example is only
+      special tokens); up to five shown in `unpieced_words`.
   """
 
   input_ids: np.ndarray
@@ -117,7 +118,14 @@ def encode_sentences(task: Task, records: list[dict], tokenizer, max_length: int
     types[:] = 0
   dtype = np.float32 if task.kind == "regression" else np.int32
   labels = np.array([r["label"] for r in records], dtype)
-  return Encoded(ids, mask, types, labels, truncated=int(truncated.sum()))
+  empty = [t for texts in ([a, b] if b else [a])
+           for t, n in zip(texts, _piece_counts(tokenizer, texts)) if not n]
+  return Encoded(ids, mask, types, labels, truncated=int(truncated.sum()),
+                 unpieced=len(empty), unpieced_words=tuple(empty[:5]))
+
+
+def _piece_counts(tokenizer, texts: list[str]) -> list[int]:
+  return [len(x) for x in tokenizer(texts, add_special_tokens=False)["input_ids"]]
 
 
 def encode_tags(task: Task, records: list[dict], tokenizer, max_length: int, *,

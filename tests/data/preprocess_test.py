@@ -100,3 +100,12 @@ def test_encode_tags_words_without_a_word_piece_are_counted_apart_from_truncatio
   whole = preprocess.encode(task, recs[:1], minilm_tokenizer, 12)
   assert (whole.truncated, whole.unpieced) == (0, 2)
   assert whole.take(np.array([0])).unpieced == 2
+
+
+def test_encode_sentences_counts_texts_without_a_word_piece(minilm_tokenizer):
+  task = tasks.get_task("mrpc")
+  recs = [dict(idx=0, text_a="fine", text_b="\u200b\u00ad", label=0),
+          dict(idx=1, text_a="\u200b", text_b="also fine", label=1),
+          dict(idx=2, text_a="a", text_b="b", label=1)]
+  enc = preprocess.encode(task, recs, minilm_tokenizer, 16)
+  assert (enc.unpieced, enc.unpieced_words) == (2, ("\u200b", "\u200b\u00ad"))
