@@ -50,9 +50,13 @@ def default_metrics(kind: str, label_names: tuple[str, ...]) -> tuple[str, ...]:
   return ENTITY_METRICS if is_iob(label_names) else TOKEN_METRICS
 
 
+def _non_iob(tags: tuple[str, ...]) -> list[str]:
+  return [t for t in tags if not _IOB.fullmatch(t)]
+
+
 def is_iob(tags: tuple[str, ...]) -> bool:
   """Tags that chunk into entities: 'O' and B-/I-/E-/S- prefixed types, not all 'O'."""
-  return bool(tags) and all(_IOB.fullmatch(t) for t in tags) and set(tags) != {"O"}
+  return bool(tags) and not _non_iob(tags) and set(tags) != {"O"}
 
 
 def _check_metrics(c, kind: str) -> tuple[str, ...]:
@@ -192,7 +196,7 @@ def _check_labels(task: Task, collected: bool) -> None:
                           f"but there are {len(task.label_names)} labels{source}: "
                           f"{list(task.label_names)}; use accuracy or matthews_correlation.")
   if task.kind == "tagging" and "f1" in task.metrics and not is_iob(task.label_names):
-    bad = [t for t in task.label_names if not _IOB.fullmatch(t)][:10]
+    bad = _non_iob(task.label_names)[:10]
     found = f"include {bad}" if bad else "are all 'O'"
     raise TaskConfigError(f"Task {task.name}: entity f1 chunks IOB/IOBES tags ('O', 'B-X', "
                           f"'I-X', 'E-X', 'S-X') but its tags{source} {found}; use "
@@ -204,7 +208,7 @@ def _warn_near_iob(task: Task) -> None:
   from entity F1 to token accuracy (a typo such as `B-` or `o` would do it)."""
   if task.kind != "tagging" or is_iob(task.label_names):
     return
-  odd = [t for t in task.label_names if not _IOB.fullmatch(t)]
+  odd = _non_iob(task.label_names)
   if len(odd) * 2 < len(task.label_names) and any(t[:2] in ("B-", "I-") for t in task.label_names):
     logging.warning("Task %s: its tags are IOB but for %s, so its default metric is token "
                     "accuracy, not entity F1; fix those tags, or declare "

@@ -101,8 +101,8 @@ def encode_sentences(task: Task, records: list[dict], tokenizer, max_length: int
   enc = tokenizer(a, b, truncation=True, max_length=max_length,
                   return_token_type_ids=True, return_attention_mask=False)
   full = tokenizer(a, b, truncation=False, return_token_type_ids=False,
-                   return_attention_mask=False)["input_ids"]
-  truncated = np.array([len(f) > max_length for f in full])
+                   return_attention_mask=False)
+  truncated = np.array([len(f) > max_length for f in full["input_ids"]])
   n, L = len(records), max_length
   ids = np.full((n, L), tokenizer.pad_token_id, np.int32)
   mask = np.zeros((n, L), np.int32)
@@ -118,14 +118,12 @@ def encode_sentences(task: Task, records: list[dict], tokenizer, max_length: int
     types[:] = 0
   dtype = np.float32 if task.kind == "regression" else np.int32
   labels = np.array([r["label"] for r in records], dtype)
-  empty = [t for texts in ([a, b] if b else [a])
-           for t, n in zip(texts, _piece_counts(tokenizer, texts)) if not n]
+  # A text without a word piece has no position of its sequence id in the full encoding.
+  present = [set(full.sequence_ids(i)) for i in range(n)]
+  empty = [t[i] for s, t in enumerate((a, b) if b else (a,)) for i in range(n)
+           if s not in present[i]]
   return Encoded(ids, mask, types, labels, truncated=int(truncated.sum()),
                  unpieced=len(empty), unpieced_words=tuple(empty[:5]))
-
-
-def _piece_counts(tokenizer, texts: list[str]) -> list[int]:
-  return [len(x) for x in tokenizer(texts, add_special_tokens=False)["input_ids"]]
 
 
 def encode_tags(task: Task, records: list[dict], tokenizer, max_length: int, *,

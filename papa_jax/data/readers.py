@@ -166,8 +166,10 @@ def read_split(task: Task, data_dir: str, split: str, *, skip_malformed: bool = 
     try:
       rec = _record(task, ids, ex, path, idx)
     except UnknownLabel as e:
-      if not skip_malformed or split != "train":
-        raise _not_skipped(e, task, skip_malformed) from None
+      if not skip_malformed:
+        raise
+      if split != "train":
+        raise _not_skipped(e, task) from None
       stats.skipped += 1
       continue
     except DataError:
@@ -182,9 +184,7 @@ def read_split(task: Task, data_dir: str, split: str, *, skip_malformed: bool = 
     raise DataError(f"{path} has no examples{skipped}.")
 
 
-def _not_skipped(error: UnknownLabel, task: Task, skip_malformed: bool) -> UnknownLabel:
-  if not skip_malformed:
-    return error
+def _not_skipped(error: UnknownLabel, task: Task) -> UnknownLabel:
   field = "" if task.name in TASKS else " (list it in data.custom.label_names to score it)"
   return UnknownLabel(f"{error} Not skipped by skip_malformed: an evaluation split keeps "
                       f"every example a probe cannot predict, as an error{field}.")
