@@ -38,14 +38,25 @@ def weight_files(model_dir: str) -> list[str]:
   )
 
 
-def _weight_map(path: str) -> dict[str, str]:
-  """The `weight_map` (tensor name -> shard file) of a sharded checkpoint's index."""
+def read_json_object(path: str) -> dict:
+  """A JSON file holding an object (config.json, an index); ValueError naming the file
+  when it is not UTF-8, not JSON, or not an object."""
   try:
     with open(path, encoding="utf-8") as f:
-      index = json.load(f)
-  except (ValueError, UnicodeDecodeError) as e:
-    raise ValueError(f"{path} is not valid JSON: {e}") from None
-  weight_map = index.get("weight_map") if isinstance(index, dict) else None
+      obj = json.load(f)
+  except json.JSONDecodeError as e:
+    raise ValueError(f"{path} is not valid JSON: {e}") from e
+  except UnicodeDecodeError as e:
+    raise ValueError(f"{path} is not UTF-8 (byte offset {e.start}: "
+                     f"{e.object[e.start:e.end]!r}).") from None
+  if not isinstance(obj, dict):
+    raise ValueError(f"{path} holds a JSON {type(obj).__name__}, not an object of fields.")
+  return obj
+
+
+def _weight_map(path: str) -> dict[str, str]:
+  """The `weight_map` (tensor name -> shard file) of a sharded checkpoint's index."""
+  weight_map = read_json_object(path).get("weight_map")
   if not isinstance(weight_map, dict) or not all(
       isinstance(v, str) for v in weight_map.values()):
     raise ValueError(f"{path} has no 'weight_map' object (tensor name -> shard file).")

@@ -6,11 +6,11 @@ implement are an error; metadata is ignored.
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any
 
 from papa_jax.convert import hf_rotary
+from papa_jax.convert.checkpoint_io import read_json_object
 from papa_jax.models.config import EncoderConfig
 
 # model_type -> family. XLM-R and CamemBERT share RoBERTa's architecture.
@@ -47,17 +47,7 @@ def read_config_json(model_dir: str) -> dict[str, Any]:
         f"{model_dir!r} has no config.json; a Hugging Face model directory "
         "needs config.json plus model.safetensors or pytorch_model.bin."
     )
-  try:
-    with open(path, encoding="utf-8") as f:
-      cfg = json.load(f)
-  except json.JSONDecodeError as e:
-    raise ValueError(f"{path} is not valid JSON: {e}") from e
-  except UnicodeDecodeError as e:
-    raise ValueError(f"{path} is not UTF-8 (byte offset {e.start}: "
-                     f"{e.object[e.start:e.end]!r}).") from None
-  if not isinstance(cfg, dict):
-    raise ValueError(f"{path} holds a JSON {type(cfg).__name__}, not an object of fields.")
-  return cfg
+  return read_json_object(path)
 
 
 def _unsupported(cfg: dict[str, Any], key: str, ok: Any, what: str) -> None:
