@@ -101,12 +101,24 @@ def limits(report: dict, cells: list[tuple[str, dict]]) -> list[str]:
   heads = dict.fromkeys(f"{e['model']} ({e['total_heads']} heads)"
                         for e in report["experiments"])
   join = lambda xs: " or ".join(map(str, xs))  # noqa: E731
+  lengths: dict[int, list[str]] = {}
+  for c in cfgs:
+    names = lengths.setdefault(c["data"]["max_length"], [])
+    names += [] if c["data"]["task"] in names else [c["data"]["task"]]
+  layout = any(c["data"]["papa_layout"] for c in cfgs)
   return [
       f"A CPU-sized recipe: probes on {join(sizes)} training examples (a seeded subset; the "
       f"paper trains on whole train sets), learning rate {join(lr)}, {join(epochs)} epochs, "
       f"the sorting run on {join(x if x > 0 else 'all' for x in sort)} examples. A weak "
       "probe can hide what attention carries, and it caps the baseline that a drop is "
       "measured from.",
+      "Inputs cut to " + "; ".join(f"{L} tokens ({', '.join(t)})" for L, t in
+                                   sorted(lengths.items()))
+      + (". In the PAPA layout a single sentence keeps at most L/2 − 1 word pieces (the "
+         "second half is padding), a pair's two segments at most L/2 − 1 and L/2 − 2, a "
+         "tagged sentence L − 2; the runs' logs count the examples that lost pieces. Long "
+         "sentences are judged on their start." if layout else
+         "; the runs' logs count the examples that lost word pieces."),
       f"Other models than the paper's BERT and RoBERTa base and large: {', '.join(heads)}, "
       "at most base-sized. The paper's per-model tables are not reproduced; only its three "
       "claims are compared, on other models and sizes."]

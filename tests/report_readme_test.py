@@ -24,6 +24,7 @@ def suite_dir(tmp_path):
               dict(git_revision="3fedcba98")],
         cpu=dict(model="Test CPU", kind="avx2"),
         config=dict(probe=dict(learning_rate=2e-5, epochs=15),
+                    data=dict(task=e.task.name, max_length=64, papa_layout=True),
                     sort=dict(max_train_examples=-1)))))
   report.write_report(cells, str(tmp_path / "suite" / "report"), n_boot=N_BOOT)
   return tmp_path / "suite"
@@ -54,6 +55,8 @@ def test_readme_section_is_regenerated_between_its_markers_only(suite_dir, tmp_p
   assert "| All heads constant: about 8% average relative drop. |" in block
   assert "learning rate 2e-05, 15 epochs, the sorting run on all examples" in block
   assert "m0 (4 heads), m1 (4 heads)" in block
+  assert "Inputs cut to 64 tokens (sst2). In the PAPA layout a single sentence keeps at " \
+      "most L/2 − 1 word pieces" in block
   report_readme.write(str(suite_dir), str(readme), str(figure))
   assert readme.read_text() == text  # Regenerating is idempotent.
   report_readme.main([str(suite_dir), "--readme", str(readme), "--figure", str(figure),
