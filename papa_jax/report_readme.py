@@ -101,10 +101,9 @@ def limits(report: dict, cells: list[tuple[str, dict]]) -> list[str]:
   heads = dict.fromkeys(f"{e['model']} ({e['total_heads']} heads)"
                         for e in report["experiments"])
   join = lambda xs: " or ".join(map(str, xs))  # noqa: E731
-  lengths: dict[int, list[str]] = {}
+  lengths: dict[int, dict[str, None]] = {}  # Input length -> its tasks, in order, once.
   for c in cfgs:
-    names = lengths.setdefault(c["data"]["max_length"], [])
-    names += [] if c["data"]["task"] in names else [c["data"]["task"]]
+    lengths.setdefault(c["data"]["max_length"], {})[c["data"]["task"]] = None
   layout = any(c["data"]["papa_layout"] for c in cfgs)
   return [
       f"A CPU-sized recipe: probes on {join(sizes)} training examples (a seeded subset; the "
