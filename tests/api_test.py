@@ -10,6 +10,8 @@ import pytest
 import papa_jax as pj
 from papa_jax.papa import means as means_lib
 
+pytestmark = pytest.mark.integration
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 

@@ -9,6 +9,8 @@ from absl.testing import parameterized
 
 from papa_jax import attention as attn
 
+pytestmark = pytest.mark.unit
+
 
 def _random(seed, b=3, h=4, l=7, d=5):
   rng = np.random.default_rng(seed)

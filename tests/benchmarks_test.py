@@ -11,6 +11,7 @@ from benchmarks import accelerator
 from papa_jax.models.encoder import init_params
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("constant", [False, True])
 def test_model_flops_are_the_matmuls_of_the_compiled_forward(constant):
   # XLA's count adds the elementwise work (softmax, GELU, LayerNorm): a few
@@ -31,6 +32,7 @@ def test_model_flops_are_the_matmuls_of_the_compiled_forward(constant):
   assert 0.85 < ratio <= 1.0, ratio
 
 
+@pytest.mark.integration
 def test_accelerator_benchmark_small_runs_every_loop_against_hf(tmp_path, capsys):
   rows = accelerator.main(["--small", "--repeats", "1", "--json", str(tmp_path / "r.jsonl")])
   assert [r["loop"] for r in rows] == ["forward", "means", "probe"]
@@ -42,6 +44,7 @@ def test_accelerator_benchmark_small_runs_every_loop_against_hf(tmp_path, capsys
   assert (tmp_path / "r.jsonl").read_text().count("\n") == 1
 
 
+@pytest.mark.unit
 def test_compare_workdirs_difference_interval_and_changed_predictions():
   from benchmarks import compare_workdirs  # pylint: disable=import-outside-toplevel
   from papa_jax import data as data_lib  # pylint: disable=import-outside-toplevel
@@ -75,6 +78,7 @@ def test_compare_workdirs_difference_interval_and_changed_predictions():
         means=None, gates=None, ranking=None, train_examples=1, eval_examples=400))
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("impl", ["papa_jax", "reference"])
 def test_mixing_benchmark_runs_each_side_at_tiny_size(impl, minilm):
   """The context-mixing benchmark's per-process measurement, at 2 sentences of 12 tokens."""
@@ -85,6 +89,7 @@ def test_mixing_benchmark_runs_each_side_at_tiny_size(impl, minilm):
   assert r["peak_rss_mb"] >= r["rss_before_mb"] > 0
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("side", ["new", "hf"])
 def test_regression_ab_child_times_every_workload_at_tiny_size(side, minilm, monkeypatch):
   """One side's process of the two-commit A/B, at batch 2, forward length 16, means length 8."""
@@ -102,6 +107,7 @@ def test_regression_ab_child_times_every_workload_at_tiny_size(side, minilm, mon
   assert r["xla_flags"] == os.environ.get("XLA_FLAGS", "")
 
 
+@pytest.mark.unit
 def test_regression_ab_table_ratios_are_per_round_medians():
   from benchmarks import regression_ab  # pylint: disable=import-outside-toplevel
   run = lambda **walls: dict(results={k: dict(wall=[w], user=[w / 2])  # noqa: E731

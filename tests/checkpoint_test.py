@@ -15,6 +15,7 @@ def _state():
           "step": jnp.asarray(7, jnp.int32)}
 
 
+@pytest.mark.integration
 def test_checkpoint_saved_on_8_devices_restores_on_1(tmp_path):
   mesh8 = parallel.make_mesh(8)
   state8 = jax.device_put(_state(), parallel.replicated(mesh8))
@@ -31,6 +32,7 @@ def test_checkpoint_saved_on_8_devices_restores_on_1(tmp_path):
   assert all(len(x.sharding.device_set) == 1 for x in jax.tree.leaves(got))
 
 
+@pytest.mark.unit
 def test_invalid_checkpoint_of_another_run_is_refused(tmp_path):
   ck = checkpoint.Checkpointer(str(tmp_path / "ck"))
   ck.save(1, _state(), dict(fingerprint="model-a"))
@@ -38,6 +40,7 @@ def test_invalid_checkpoint_of_another_run_is_refused(tmp_path):
     ck.restore(1, _state(), "model-b")
 
 
+@pytest.mark.unit
 def test_invalid_damaged_checkpoint_is_a_clear_error(tmp_path):
   ck = checkpoint.Checkpointer(str(tmp_path / "ck"))
   ck.save(1, _state(), dict(fingerprint="f"))
@@ -52,6 +55,7 @@ def test_invalid_damaged_checkpoint_is_a_clear_error(tmp_path):
     ck.restore(1, _state(), "f")
 
 
+@pytest.mark.unit
 def test_half_written_checkpoint_is_never_listed(tmp_path):
   ck = checkpoint.Checkpointer(str(tmp_path / "ck"))
   ck.save(1, _state(), dict(fingerprint="f"))

@@ -19,6 +19,8 @@ from papa_jax.interventions import ProbsFn
 from papa_jax.models.encoder import Encoder
 from papa_jax.papa.means import Means
 
+pytestmark = pytest.mark.unit
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 with open(os.path.join(ROOT, "docs", "coming_from.md"), encoding="utf-8") as _f:
   TEXT = _f.read()

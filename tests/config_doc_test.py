@@ -2,7 +2,11 @@
 
 import os
 
+import pytest
+
 from papa_jax import config_doc, config_fields, config_schema
+
+pytestmark = pytest.mark.unit
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -8,6 +8,8 @@ import pytest
 from configs import base
 from papa_jax import config_schema
 
+pytestmark = pytest.mark.unit
+
 FILES = sorted(p.stem for p in (pathlib.Path(__file__).parents[1] / "configs").glob("*.py")
                if p.stem not in ("__init__", "base"))
 

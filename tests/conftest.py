@@ -32,5 +32,33 @@ def minilm_tokenizer(minilm):
 
 
 @pytest.fixture(scope="session")
+def random_hf(tmp_path_factory):
+  """`random_hf(arch)`: (folder, converted model) of `hf_oracle`'s tiny random Hugging Face
+  model `arch`, saved (safetensors) and converted once a session (needs torch)."""
+  pytest.importorskip("torch")
+  import transformers  # noqa: F401 pylint: disable=import-outside-toplevel,unused-import
+  import papa_jax as pj  # pylint: disable=import-outside-toplevel
+  from tests import hf_oracle, tiers  # pylint: disable=import-outside-toplevel
+  made = {}
+
+  def get(arch: str):
+    if arch not in made:
+      with tiers.shared_work():
+        path = tmp_path_factory.mktemp(arch.replace("-", "_"))
+        hf_oracle.save_random(arch, path)
+        model = pj.load_pretrained(str(path))
+        # Its op-by-op forward at the family tests' shape, compiled once for all of them.
+        model.apply(*hf_oracle.family_batch(model.config), capture_attention=True)
+        made[arch] = (path, model)
+    return made[arch]
+  return get
+
+
+@pytest.fixture(scope="session")
 def sst2_dir():
   return require_shared("data", "sst2")
+
+
+def pytest_configure(config):
+  from tests import tiers  # pylint: disable=import-outside-toplevel
+  config.pluginmanager.register(tiers.TierPlugin(), "papa_tiers")

@@ -5,6 +5,8 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 import papa_jax
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -15,6 +17,7 @@ def _read(name: str) -> str:
     return f.read()
 
 
+@pytest.mark.integration
 def test_version_is_one_everywhere():
   v = papa_jax.__version__
   assert re.fullmatch(r"\d+\.\d+\.\d+", v)
@@ -28,6 +31,7 @@ def test_version_is_one_everywhere():
   assert f"version = {{{v}}}" in _read("docs/citing.md")
 
 
+@pytest.mark.unit
 def test_citations_agree():
   """Every paper of CITATION.cff has its BibTeX entry in docs/citing.md, and the license
   is the one setup.py declares."""

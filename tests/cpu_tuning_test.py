@@ -21,6 +21,7 @@ def _cpuinfo(tmp_path, flags: str) -> str:
   return str(path)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("flags,kind", [
     ("avx2 fma", "avx2"),
     ("avx2 fma avx512f avx512bw", "avx512"),
@@ -41,11 +42,13 @@ def test_cpu_info_reads_model_flags_and_kind(tmp_path, flags, kind):
   assert set(info["flags"]) == set(flags.split()) & set(cpu_tuning.VECTOR_FLAGS)
 
 
+@pytest.mark.unit
 def test_cpu_info_without_proc_cpuinfo(tmp_path):
   assert cpu_tuning.cpu_info(str(tmp_path / "missing")) == dict(
       model="unknown", cpuid="", flags=[], kind="other")
 
 
+@pytest.mark.unit
 def test_apply_adds_the_kinds_flags_and_keeps_the_users(monkeypatch):
   monkeypatch.setattr(cpu_tuning, "cpu_info", lambda: dict(model="m", flags=[], kind="avx2"))
   monkeypatch.setitem(cpu_tuning.MEASURED, "avx2", (FLAG, "--xla_b=1"))
@@ -62,6 +65,7 @@ def test_apply_adds_the_kinds_flags_and_keeps_the_users(monkeypatch):
   assert cpu_tuning.apply(env) == [] and "XLA_FLAGS" not in env
 
 
+@pytest.mark.integration
 def test_launcher_applies_the_kinds_flags_before_jax_starts(tmp_path):
   """The launcher adds this kind's flags (patched here) and logs CPU and XLA_FLAGS."""
   kind = cpu_tuning.cpu_info()["kind"]
@@ -80,6 +84,7 @@ def test_launcher_applies_the_kinds_flags_before_jax_starts(tmp_path):
   assert f"({kind})" in out.stderr and "2 devices" in out.stderr
 
 
+@pytest.mark.unit
 def test_name_carries_family_and_model_when_known(tmp_path):
   """Two CPUs named "AMD EPYC" with the same flags differ 2x in matmul peak (Zen 4 vs an
   earlier record's machine): records and benchmark lines must tell them apart."""

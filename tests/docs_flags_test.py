@@ -111,11 +111,13 @@ def parse(args: list[str], text: str = "", tmp_path=None):
 COMMANDS = commands()
 
 
+@pytest.mark.unit
 def test_docs_commands_are_found():
   where = {w.split(":")[0] for w, _, _ in COMMANDS}
   assert len(COMMANDS) >= 20 and {"README.md", "docs/tasks.md", "configs/suite.py"} <= where
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("where,args,text", COMMANDS, ids=[w for w, _, _ in COMMANDS])
 def test_docs_command_parses_against_the_schema(where, args, text, tmp_path):
   try:
@@ -135,6 +137,7 @@ def _known() -> set[str]:
   return set(_names(config_schema.get_config())) | set(_names(parse(["--config=configs/suite.py"])))
 
 
+@pytest.mark.unit
 def test_docs_prose_flags_name_fields():
   known, bad = _known(), []
   for path in DOCS:
@@ -146,6 +149,7 @@ def test_docs_prose_flags_name_fields():
   assert not bad, "flags that name no config field:\n" + "\n".join(bad)
 
 
+@pytest.mark.unit
 def test_docs_field_names_exist():
   """`probe.seed`, `means.checkpoint_every_batches`: a quoted field name of a config group
   (file names such as `report.json` aside) is a field; old names only as renamed."""
@@ -158,6 +162,7 @@ def test_docs_field_names_exist():
   assert not bad, "names that are no config field:\n" + "\n".join(bad)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("flag,message", [
     ("--config.probe.lerning_rate=1e-3", "lerning_rate"),
     ("--config.probe.epochs=many", "epochs"),
@@ -169,6 +174,7 @@ def test_invalid_docs_command_is_caught(flag, message):
     parse(["--config=configs/quickstart.py", flag])
 
 
+@pytest.mark.integration
 def test_launcher_help_names_every_stage_and_command():
   """`launch/main.py --help` prints its docstring: it names every `config.stage` value."""
   from papa_jax import commands  # pylint: disable=import-outside-toplevel

@@ -9,6 +9,8 @@ import pytest
 from papa_jax.analysis import per_head
 from tests.testing import analysis_means, sst2_dev_sample
 
+pytestmark = pytest.mark.integration
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 

@@ -41,6 +41,7 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-
 
 # ---- packing (no browser) ----
 
+@pytest.mark.unit
 def test_quantize_error_is_within_half_a_step():
   rng = np.random.default_rng(0)
   x = rng.dirichlet(np.ones(20), size=(3, 20))[None]  # [1, 3, 20, 20] rows of probabilities.
@@ -64,6 +65,7 @@ def test_quantize_error_is_within_half_a_step():
     pack.quantize(signed, signed=False)
 
 
+@pytest.mark.unit
 def test_example_indices_and_config():
   assert collect.example_indices((5, 1), 4, 10) == [5, 1, 0, 2]
   assert collect.example_indices((5, 1), -1, 10) == [5, 1]
@@ -77,6 +79,7 @@ def test_example_indices_and_config():
   assert isinstance(c.examples, tuple)
 
 
+@pytest.mark.unit
 def test_explore_mixing_names_and_the_flag():
   assert tuple(collect.MIXING_LABELS) == config_schema.EXPLORE_MIXING
   assert {n.removesuffix("_rollout") for n in config_schema.EXPLORE_MIXING} <= set(pj.api.MIXING)
@@ -108,6 +111,7 @@ def assert_mixing_equal(got: np.ndarray, want: np.ndarray, scales):
   np.testing.assert_allclose(step[:, 0, 0], want.max((-2, -1)) / 255, rtol=1e-4, atol=1e-9)
 
 
+@pytest.mark.integration
 def test_collected_mixing_maps_equal_context_mixing(tmp_path, minilm):
   """Every layer's map of the real tokens, against `pj.context_mixing` run here one
   example at a time (nothing of it lies on pad rows or columns)."""
@@ -130,6 +134,7 @@ def test_collected_mixing_maps_equal_context_mixing(tmp_path, minilm):
                           rec["mixing"][name]["scales"])
 
 
+@pytest.mark.integration
 def test_mixing_flag_off_runs_no_mixing(tmp_path, minilm, monkeypatch):
   def refuse(*args, **kwargs):
     raise AssertionError("context_mixing ran with explore.mixing=()")

@@ -52,6 +52,7 @@ def test_cached_probe_equals_uncached(minilm, small, static, cache_dir, tmp_path
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=2e-4, rtol=2e-3)
 
 
+@pytest.mark.unit
 def test_invalid_cache_over_budget_is_refused():
   n = features.cache_bytes(67349, 13, 64, 768, "bfloat16")
   assert n == 67349 * 13 * 64 * 768 * 2
@@ -61,6 +62,7 @@ def test_invalid_cache_over_budget_is_refused():
   features.check_budget(n, 100.0, "SST-2 train")
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
 def test_means_pass_features_equal_the_feature_pass_bitwise(minilm, small, dtype):
   """The means pass's forward doubles as the baseline's feature pass (one fewer pass)."""
@@ -124,6 +126,7 @@ def _assert_same(one, many):
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-5, rtol=1e-4)
 
 
+@pytest.mark.integration
 def test_probes_trained_together_equal_each_trained_alone(minilm, cached_small, group_run,
                                                           tmp_path):
   """Three seeds in one vmapped step == three sequential `fit`s, on real features; the
@@ -148,6 +151,7 @@ def _stop_mid_epoch_2(args, monkeypatch):
   monkeypatch.setattr(fitting.preemption, "should_stop", lambda: False)
 
 
+@pytest.mark.integration
 def test_a_stopped_group_resumes_to_the_same_probes(minilm, cached_small, group_run,
                                                     tmp_path, monkeypatch):
   """Stopped mid-epoch 2 and rerun, the group equals the uninterrupted one bit for bit."""
@@ -161,6 +165,7 @@ def test_a_stopped_group_resumes_to_the_same_probes(minilm, cached_small, group_
       np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
+@pytest.mark.integration
 def test_probes_at_different_points_resume_in_groups(minilm, cached_small, group_run,
                                                      tmp_path, monkeypatch):
   """Two seeds stopped mid-epoch 2 and a third never started: the rerun resumes the two
@@ -180,6 +185,7 @@ def test_probes_at_different_points_resume_in_groups(minilm, cached_small, group
   assert sorted(restored) == [str(tmp_path / "p42"), str(tmp_path / "p43")]  # Once each.
 
 
+@pytest.mark.integration
 def test_rows_fill_a_device_array_on_one_device_and_a_host_array_elsewhere():
   """`parallel.Rows`: the same rows either way; on one device no host copy exists."""
   rows = np.arange(5 * 3, dtype=np.float32).reshape(5, 3)
@@ -205,6 +211,7 @@ def cached_ner(minilm, minilm_tokenizer):
           features.compute(encoder, enc("validation", 48), mesh, 16))
 
 
+@pytest.mark.integration
 def test_scored_widths_cover_every_scored_position(cached_ner):
   labels = np.asarray(cached_ner[4].labels)
   widths = fitting.scored_widths(labels)
@@ -215,6 +222,7 @@ def test_scored_widths_cover_every_scored_position(cached_ner):
   assert fitting.scored_widths(np.full((2, 20), preprocess.IGNORE)).tolist() == [8, 8]
 
 
+@pytest.mark.integration
 def test_per_token_eval_on_cut_batches_equals_full_width(minilm, cached_ner):
   """Tagging probes trained together, evaluated on batches cut to their scored positions
   (as `fit_many` does), give the full-width logits at every scored position; a sentence

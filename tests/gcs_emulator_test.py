@@ -36,6 +36,8 @@ from tests.launcher import (
   signal_when,
 )
 
+pytestmark = pytest.mark.slow  # An emulator server; whole runs in subprocesses.
+
 BUCKET = "bucket"
 # Sorting and two probes (all heads input-dependent, half constant), each saving an
 # orbax checkpoint per epoch: 30 steps of 16 examples.
@@ -134,7 +136,6 @@ def test_objects_another_process_wrote_after_a_listing_are_seen_whole(emulator, 
       pass
 
 
-@pytest.mark.slow  # Whole runs in subprocesses.
 def test_pipeline_on_gcs_resumes_after_sigkill_like_a_local_run(tmp_path, emulator, minilm):
   del minilm
   local = tmp_path / "local"

@@ -69,6 +69,33 @@ def spec(name: str):
 ARCHS = ("bert", "roberta", "electra", "distilbert", "deberta", "deberta-abs",
          "deberta-v3", "deberta-v2", "mpnet", "albert", "albert-groups", "modernbert",
          "modernbert-bias", "nomic_bert")
+# Families by what the attention and layer code branch on (models/encoder.py), for tests of
+# invariants that hold by construction (the family-dependent ones: parity, conversion,
+# decomposition, windowing, run on every ARCH). tests/convert/parity_test.py holds both
+# tuples equal to the rule (`code_path`, the first ARCH of each value).
+# One family per attention code path: score kind, relative bias, local windows, rotary
+# positions, LayerNorm placement.
+ONE_PER_PATH = ("bert", "deberta", "mpnet", "modernbert", "nomic_bert")
+# One family per layer layout: post-LN (absolute positions) and pre-LN (rotary, windows).
+LAYOUTS = ("bert", "modernbert")
+
+
+def by_path(arch: str, *values):
+  """A parameter `(arch, *values)` of a family matrix: in the unit tier for the family that
+  stands for its code path (ONE_PER_PATH), in integration for the others."""
+  import pytest
+  tier = pytest.mark.unit if arch in ONE_PER_PATH else pytest.mark.integration
+  return pytest.param(arch, *values, marks=tier)
+
+
+def code_path(name: str) -> tuple:
+  """What the encoder's attention and layer code branch on, for random architecture `name`."""
+  from papa_jax.convert import hf_config
+  c = hf_config.encoder_config_from_hf(spec(name)[0].to_dict())
+  return (c.attention, c.relative_bias_buckets > 0, c.local_window > 0, c.rotary_theta > 0,
+          c.norm_placement)
+
+
 # HF initialises these LayerNorms to (1, 0) and biases to 0: perturbed so each one counts.
 PERTURBED = ("modernbert", "modernbert-bias", "nomic_bert")
 
@@ -131,6 +158,15 @@ def padded_batch(vocab: int, lengths, seq_len: int, pad_id: int, seed: int = 0):
   mask = (np.arange(seq_len)[None] < np.asarray(lengths)[:, None]).astype(np.int64)
   ids = np.where(mask == 1, ids, pad_id)
   return ids.astype(np.int64), mask
+
+
+FAMILY_LENGTHS, FAMILY_LEN = (40, 7, 1, 25), 40
+
+
+def family_batch(config, seed: int = 0):
+  """The family tests' one batch shape (so their op-by-op compiles are shared): lengths 40
+  (no padding), 7 and 1 (under any head size here) and 25, padded to 40."""
+  return padded_batch(config.vocab_size, FAMILY_LENGTHS, FAMILY_LEN, config.pad_token_id, seed)
 
 
 def max_diffs(ours, ref_hidden, ref_attn, mask, real_only=True):

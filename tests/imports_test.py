@@ -7,6 +7,10 @@ floor (one above everything it imports).
 import ast
 import os
 
+import pytest
+
+pytestmark = pytest.mark.unit
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGE = "papa_jax"
 

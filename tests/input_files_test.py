@@ -28,6 +28,7 @@ def _touch(path) -> None:
   os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 10**10))
 
 
+@pytest.mark.unit
 def test_file_record_touch_is_not_a_change_the_hash_decides(tmp_path):
   p = tmp_path / "train.tsv"
   p.write_text("sentence\tlabel\ngood\t1\n")
@@ -38,6 +39,7 @@ def test_file_record_touch_is_not_a_change_the_hash_decides(tmp_path):
   assert input_files.changes(dict(train=old), dict(train=new), ["train"]) == []
 
 
+@pytest.mark.unit
 def test_file_record_cache_is_trusted_only_while_size_mtime_ctime_inode_hold(tmp_path,
                                                                             monkeypatch):
   calls = []
@@ -60,6 +62,7 @@ def test_file_record_cache_is_trusted_only_while_size_mtime_ctime_inode_hold(tmp
   assert input_files.file_record(str(p), new)["size"] == new["size"] + 1 and len(calls) == 5
 
 
+@pytest.mark.unit
 def test_changes_name_the_file_and_what_changed(tmp_path):
   p = tmp_path / "dev.tsv"
   p.write_text("sentence\tlabel\ngood\t1\n")
@@ -87,6 +90,7 @@ def _bind(c, wd, inputs):
                finished_sources={p: ("train", "model") for p in registry.finished_outputs()})
 
 
+@pytest.mark.unit
 def test_bind_refuses_changed_bound_sources_only_and_old_workdirs(tmp_path):
   c = quickstart.get_config()
   f = tmp_path / "f.tsv"
@@ -121,6 +125,7 @@ def _setup(config, sources):
   return s
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("declared", [False, True])
 def test_every_unit_fingerprint_covers_the_content_of_what_it_reads(tmp_path, declared):
   c = tiny_config(tmp_path)
@@ -178,6 +183,7 @@ def test_edited_label_refused_naming_the_file_touch_is_not(tmp_path, minilm, dec
       str(data / "train.tsv"): input_files.sha256(str(data / "train.tsv"))}
 
 
+@pytest.mark.unit
 def test_finetune_partial_sums_are_keyed_by_the_other_models_file_content(tmp_path):
   from papa_jax.analysis import finetune  # pylint: disable=import-outside-toplevel
   other = tmp_path / "other"
@@ -195,6 +201,7 @@ def test_finetune_partial_sums_are_keyed_by_the_other_models_file_content(tmp_pa
   assert key() != before
 
 
+@pytest.mark.integration
 def test_model_files_are_what_the_model_is_read_from(tmp_path):
   """config.json and weights for a Hugging Face folder; the .onnx file for an ONNX export
   (no config.json, no safetensors: a run on one used to fail binding its inputs)."""

@@ -7,6 +7,8 @@ import sklearn.metrics as skm
 
 from papa_jax import metrics
 
+pytestmark = pytest.mark.unit
+
 seqeval = pytest.importorskip("seqeval.metrics")
 
 

@@ -8,7 +8,7 @@ from scipy.special import erf
 
 import papa_jax as pj
 from papa_jax import convert, mixing
-from tests import testing
+from tests import hf_oracle, testing
 from tests.testing import require_shared
 
 SENTS = ["the movie was a gorgeous , witty , seductive thing .", "dull .",
@@ -86,6 +86,7 @@ def _terms(model, out, mask, l):
                             model.params[f"layer_{l}"])
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("l", [0, 4])
 def test_mixing_every_measure_equals_float64_brute_force(minilm, batch, l):
   ids, mask = batch
@@ -109,6 +110,7 @@ def test_mixing_every_measure_equals_float64_brute_force(minilm, batch, l):
     assert np.all(v[pad] == 0) and np.all(v.transpose(0, 2, 1)[pad] == 0), k
 
 
+@pytest.mark.unit
 def test_mixing_hand_made_two_tokens():
   """§10 T4: one head, W_V = W_O = I, no biases, no LayerNorm, identity tail."""
   alpha = jnp.asarray([[[[0.75, 0.25], [0.5, 0.5]]]])
@@ -131,6 +133,7 @@ def test_mixing_hand_made_two_tokens():
                              [[0.625, 0.375], [0.4375, 0.5625]], atol=1e-6)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("fused", ["0", "1"])
 def test_mixing_value_zeroing_equals_rerunning_the_layer(minilm, batch, monkeypatch, fused):
   """§10 T10: the tail form equals the layer re-run with token j's values zeroed (the
@@ -166,6 +169,7 @@ def _vz_sane(raw_layers) -> bool:
   return all(a.max() > 1e-6 for a in raw_layers) and min(gaps) > 1e-3
 
 
+@pytest.mark.unit
 def test_mixing_padding_invariance_on_deberta():
   """§10 T7 on a pair-mask family: the valid block of a padded example equals the same
   example without padding, for every measure."""
@@ -174,18 +178,22 @@ def test_mixing_padding_invariance_on_deberta():
   rng = np.random.default_rng(0)
   ids = rng.integers(5, model.config.vocab_size, (1, 7)).astype(np.int32)
   padded, pmask = np.pad(ids, ((0, 0), (0, 5))), np.pad(np.ones((1, 7), np.int32), ((0, 0), (0, 5)))
-  for l in range(model.config.num_layers):
-    maps = []
-    for i, m in ((ids, np.ones_like(ids)), (padded, pmask)):
-      out = model.apply(i, m, capture=mixing.CAPTURE)
-      t = _terms(model, out, m, l)
-      maps.append([np.asarray(f)[0, :7, :7] for f in (
-          mixing.alti(t), mixing.value_zeroing(t, model.config), mixing.summed_norms(t, "enc"),
-          mixing.summed_norms(t, "attnresln"))])
-    for a, b in zip(*maps):
-      np.testing.assert_allclose(a, b, atol=1e-5)
+
+  @jax.jit  # One compile per input shape (op-by-op, each op would compile apart).
+  def maps(i, m):
+    out = model.module.apply({"params": model.params}, i, m, capture=mixing.CAPTURE)
+    return [[f[0, :7, :7] for f in (
+        mixing.alti(t), mixing.value_zeroing(t, model.config), mixing.summed_norms(t, "enc"),
+        mixing.summed_norms(t, "attnresln"))]
+            for t in (_terms(model, out, m, l) for l in range(model.config.num_layers))]
+
+  alone, in_padding = maps(ids, np.ones_like(ids)), maps(padded, pmask)
+  assert len(alone) == model.config.num_layers
+  for a, b in zip(jax.tree.leaves(alone), jax.tree.leaves(in_padding), strict=True):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-5)
 
 
+@pytest.mark.integration
 def test_mixing_rollout_equals_numpy_and_the_api_returns_every_map(minilm, batch):
   ids, mask = batch
   data = _encoded(ids, mask)
@@ -214,6 +222,7 @@ def _encoded(ids, mask):
                             np.zeros_like(ids, np.int32), np.zeros(len(ids), np.int32))
 
 
+@pytest.mark.integration
 def test_mixing_stage_8_devices_equal_1(minilm, batch):
   from papa_jax.analysis import mixing_stats
   ids, mask = batch
@@ -234,7 +243,6 @@ def tiny_pair(request, tmp_path_factory):
   converted."""
   import torch
 
-  from tests import hf_oracle
   cls = {"bert": "BertModel", "distilbert": "DistilBertModel"}[request.param]
   hf = hf_oracle.load_hf(require_shared("fixtures", "tiny-random", request.param, cls))
   torch.manual_seed(0)
@@ -256,6 +264,7 @@ def _row_close(got, want, rtol, name):
   assert err <= rtol, f"{name}: {err:.2e} of the row maximum"
 
 
+@pytest.mark.integration  # Compiles the whole context-mixing API program per family.
 def test_mixing_equals_pytorch_reference_procedures(tiny_pair):
   """§10 T8, T9, T10b: norms, GlobEnc (rollout unnormalised), ALTI (with and without the
   reference's quirks) and value zeroing against PyTorch re-implementations of the reference
@@ -282,42 +291,43 @@ def test_mixing_equals_pytorch_reference_procedures(tiny_pair):
   _row_close(got["value_zeroing"], ref.value_zeroing(hf, ids), 1e-4, "value zeroing")
 
 
-# Shared fixtures by class; None: no fixture, a tiny random model is saved (needs torch).
-FAMILIES = {"bert": "BertModel", "roberta": "RobertaModel", "electra": "ElectraModel",
-            "distilbert": "DistilBertModel", "deberta": "DebertaModel",
-            "deberta-v2": "DebertaV2Model", "mpnet": None, "albert": None,
-            "nomic_bert": None}
+# One of each family whose layers the decomposition covers (post-LN; pre-LN is refused below).
+FAMILIES = ("albert", "bert", "deberta", "deberta-v2", "distilbert", "electra", "mpnet",
+            "nomic_bert", "roberta")
 
 
-@pytest.mark.parametrize("family", sorted(FAMILIES))
-def test_mixing_decomposition_holds_on_every_family(family, tmp_path):
+@pytest.mark.parametrize("family", [hf_oracle.by_path(f) for f in FAMILIES])
+def test_mixing_decomposition_holds_on_every_family(family, random_hf):
   """§10 T1, T2 per family: the tail recomputed from u is the next hidden state, the ALTI /
   K21 summands plus the bias terms are the captured LN1 output, and the per-layer matrices
   are finite, zero on padding and row-stochastic."""
-  if FAMILIES[family] is None:
-    from tests import hf_oracle
-    model = hf_oracle.converted_random(family, tmp_path)
-  else:
-    model = convert.load_pretrained(str(require_shared("fixtures", "tiny-random", family,
-                                                       FAMILIES[family])))
-  rng = np.random.default_rng(2)
-  ids = rng.integers(5, model.config.vocab_size, (2, 9)).astype(np.int32)
-  mask = np.array([[1] * 9, [1] * 6 + [0] * 3], np.int32)
-  out = model.apply(ids, mask, capture=mixing.CAPTURE)
+  model = random_hf(family)[1]
+  ids, mask = hf_oracle.padded_batch(model.config.vocab_size, [9, 6], 9,
+                                     model.config.pad_token_id, seed=2)
+
+  @jax.jit  # One compile per family (op by op, each op would compile apart).
+  def layers(ids, mask):
+    out = model.module.apply({"params": model.params}, ids, mask, capture=mixing.CAPTURE)
+    got = []
+    for l in range(model.config.num_layers):
+      t = _terms(model, out, mask, l)
+      k, s1 = mixing.metric(t, "attnresln")
+      summands = jnp.einsum("bhij,bhjd->bid", t.alpha, k(t.f)) + k(t.x)
+      bias = (k(t.params["attention"].get("out_bias", jnp.zeros(t.x.shape[-1])))
+              + t.params["attention_norm"]["bias"] * s1[..., None])
+      got.append(dict(
+          tail=mixing.layer_tail(model.config, t.params, t.u), next=out.hidden_states[l + 1],
+          ln1=(summands + bias) / s1[..., None], captured_ln1=out.layers[l].attention_norm_output,
+          alti=mixing.alti(t), value_zeroing=mixing.value_zeroing(t, model.config)))
+    return got
+
   real = mask > 0
-  for l in range(model.config.num_layers):
-    t = _terms(model, out, mask, l)
-    np.testing.assert_allclose(np.asarray(mixing.layer_tail(model.config, t.params, t.u))[real],
-                               np.asarray(out.hidden_states[l + 1])[real], atol=2e-5)
-    k, s1 = mixing.metric(t, "attnresln")
-    summands = jnp.einsum("bhij,bhjd->bid", t.alpha, k(t.f)) + k(t.x)
-    bias = (k(t.params["attention"].get("out_bias", jnp.zeros(t.x.shape[-1])))
-            + t.params["attention_norm"]["bias"] * s1[..., None])
-    np.testing.assert_allclose(np.asarray((summands + bias) / s1[..., None])[real],
-                               np.asarray(out.layers[l].attention_norm_output)[real], atol=2e-5)
-    for c in (mixing.alti(t), mixing.value_zeroing(t, model.config)):
-      c = np.asarray(c)
-      assert np.isfinite(c).all() and np.all(c[1, 6:] == 0) and np.all(c[1, :, 6:] == 0)
+  pad_pair = ~(real[:, :, None] & real[:, None, :])
+  for g in jax.tree.map(np.asarray, layers(ids, mask)):
+    np.testing.assert_allclose(g["tail"][real], g["next"][real], atol=2e-5)
+    np.testing.assert_allclose(g["ln1"][real], g["captured_ln1"][real], atol=2e-5)
+    for c in (g["alti"], g["value_zeroing"]):
+      assert np.isfinite(c).all() and np.all(c[pad_pair] == 0)
       np.testing.assert_allclose(c.sum(-1)[real], 1.0, atol=1e-5)
 
 
@@ -326,6 +336,7 @@ def _stochastic(rng, *shape):
   return a / a.sum(-1, keepdims=True)
 
 
+@pytest.mark.unit
 def test_attention_flow_equals_min_cuts():
   """§10 T11: one layer's flow is its matrix; two layers' flow is the min cut, which for
   this layered graph is `sum_k min(A2[i, k], A1[k, j])` (each middle node is cut on one
@@ -348,6 +359,7 @@ def test_attention_flow_equals_min_cuts():
   np.testing.assert_allclose(got[:5].sum(-1), 1.0, atol=1e-9)
 
 
+@pytest.mark.integration
 def test_context_mixing_flow_route_and_guards(minilm, minilm_tokenizer, monkeypatch):
   """The API's flow on a short sentence equals the flow of its own attention maps; it warns
   above the token limit; a bfloat16 model is refused unless allowed."""
@@ -370,6 +382,7 @@ def test_context_mixing_flow_route_and_guards(minilm, minilm_tokenizer, monkeypa
     pj.context_mixing(low, data, methods=("alti",))
 
 
+@pytest.mark.unit
 def test_mixing_invariances_under_reparametrisation():
   """§10 T5 on the tiny BERT: permuting heads consistently (Q, K, V, W_O blocks) permutes the
   per-head norms and leaves every head-summed measure unchanged; adding c to every entry of
@@ -422,6 +435,7 @@ def test_mixing_invariances_under_reparametrisation():
     np.testing.assert_allclose(got["head_norms"], want, rtol=1e-5, atol=1e-6, err_msg=name)
 
 
+@pytest.mark.unit
 def test_mixing_refuses_layers_it_cannot_decompose(tmp_path):
   """Pre-LN layers (ModernBERT): the API and the tail form refuse by the model's property
   instead of returning a wrong number."""

@@ -20,6 +20,7 @@ def handler():
   signal.signal(signal.SIGTERM, old)
 
 
+@pytest.mark.unit
 def test_map_batches_stops_on_sigterm_before_the_next_batch(handler):
   mesh = parallel.make_mesh(1)
   data = dict(x=np.arange(40, dtype=np.float32).reshape(20, 2), valid=np.ones(20, bool))
@@ -35,6 +36,7 @@ def test_map_batches_stops_on_sigterm_before_the_next_batch(handler):
   assert seen == [(0, float(np.arange(8).sum()))]
 
 
+@pytest.mark.unit
 def test_map_batches_runs_to_the_end_without_a_request(handler):
   mesh = parallel.make_mesh(1)
   data = dict(x=np.ones((10, 2), np.float32), valid=np.ones(10, bool))
@@ -65,6 +67,7 @@ print("never stopped", flush=True)
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("every", [1, 7])
 def test_two_processes_stop_at_the_same_step_when_one_is_signalled(every, tmp_path):
   """SIGTERM to process 1 alone, the processes at different speeds: both stop at the same

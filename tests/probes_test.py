@@ -10,6 +10,7 @@ from papa_jax.data import pipeline, preprocess, readers, tasks
 from tests.testing import optimizer_config
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("k,d,batch", [(13, 768, 3), (25, 1024, 1)])
 def test_probe_sentence_shapes_base_large_and_batch_one(k, d, batch):
   probe = probes.SentenceProbe(num_labels=3, hidden_size=d)
@@ -23,6 +24,7 @@ def test_probe_sentence_shapes_base_large_and_batch_one(k, d, batch):
   assert tok.apply({"params": tp}, x, None).shape == (batch, 16, 9)
 
 
+@pytest.mark.unit
 def test_probe_pooling_ignores_padded_positions():
   probe = probes.SentenceProbe(num_labels=2, hidden_size=8)
   rng = np.random.default_rng(0)
@@ -57,6 +59,7 @@ def _batch(L: int, n: int = 4) -> dict:
               labels=jnp.zeros(n, jnp.int32), valid=jnp.ones(n, bool))
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("static", [False, True])
 def test_probe_step_has_no_backward_pass_through_encoder(minilm, static):
   """The step's dot_generals are the encoder's forward ones plus the probe's, exactly."""
@@ -95,6 +98,7 @@ def test_probe_step_has_no_backward_pass_through_encoder(minilm, static):
   assert gcount > forward + probe_only + cfg.num_layers * 4
 
 
+@pytest.mark.integration
 def test_probe_loss_decreases_on_real_data_all_heads_static(minilm, minilm_tokenizer, sst2_dir):
   task = tasks.get_task("sst2")
   recs = list(readers.read_split(task, str(sst2_dir), "validation"))[:64]
@@ -115,6 +119,7 @@ def test_probe_loss_decreases_on_real_data_all_heads_static(minilm, minilm_token
   assert np.mean(losses[-4:]) < 0.8 * np.mean(losses[:4]), losses
 
 
+@pytest.mark.unit
 def test_probe_losses_match_numpy():
   rng = np.random.default_rng(0)
   logits = rng.normal(size=(4, 3)).astype(np.float32)
@@ -136,6 +141,7 @@ def test_probe_losses_match_numpy():
   assert n == 4
 
 
+@pytest.mark.integration
 def test_shard_probe_training_8_devices_equals_1(minilm, minilm_tokenizer, sst2_dir):
   """Data-parallel training (global batch split over the mesh) = one device, dropout on."""
   task = tasks.get_task("sst2")

@@ -2,7 +2,11 @@
 
 import numpy as np
 
+import pytest
+
 from papa_jax import rank_agreement
+
+pytestmark = pytest.mark.unit
 
 
 def test_holm_matches_the_step_down_by_hand():

@@ -22,6 +22,7 @@ READS_DEV = {"means": False, "sort": True, "orderings": True, "probe": True, "ef
              "finetune": False, "linguistic": False, "ablation": False, "mixing": False}
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("name", sorted(STAGES))
 def test_registry_record_is_consistent(name):
   s = STAGES[name]
@@ -36,6 +37,7 @@ def test_registry_record_is_consistent(name):
   assert name in registry.names() and name in registry.output_dirs()
 
 
+@pytest.mark.unit
 def test_registry_all_is_the_papa_pipeline_and_names_are_unique():
   assert [s.name for s in registry.plan("all")] == ["means", "sort", "orderings", "probe"]
   assert len(registry.STAGES) == len(STAGES) == len(READS_DEV)
@@ -45,6 +47,7 @@ class _PastTheFileChecks(Exception):
   pass
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("name", sorted(STAGES))
 def test_registry_stage_checks_its_data_before_anything_is_written(name, tmp_path, monkeypatch):
   """Without dev.tsv, exactly the stages that read the evaluation split stop, naming it."""
@@ -78,6 +81,7 @@ def _changed(c, group: str):
   return c, key
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("name", sorted(STAGES))
 def test_registry_stage_binds_the_workdir_to_its_groups(name, tmp_path):
   """With only this stage's outputs present, changing a field of one of its groups is

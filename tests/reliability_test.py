@@ -159,7 +159,6 @@ def test_multiprocess_effective_stage_equals_single_process(tmp_path, minilm):
                                atol=2e-5, err_msg=key)
 
 
-@pytest.mark.slow
 def test_multiprocess_mixing_stage_equals_single_process(tmp_path, minilm):
   """The context-mixing stage: the same per-head and per-layer means from two processes."""
   del minilm

@@ -9,6 +9,8 @@ import pytest
 from papa_jax import rank_agreement, report, significance, uncertainty
 from papa_jax.data.tasks import get_task
 
+pytestmark = pytest.mark.unit
+
 N_BOOT = 400
 LABELS = np.array([0, 1] * 100)  # Balanced: the best constant prediction scores 0.5.
 

@@ -8,6 +8,8 @@ import pytest
 from papa_jax import report, report_readme
 from tests.report_claims_test import N_BOOT, _claims_suite
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.fixture
 def suite_dir(tmp_path):

@@ -11,6 +11,8 @@ import pytest
 from papa_jax import report, uncertainty
 from papa_jax.data.tasks import get_task
 
+pytestmark = pytest.mark.unit
+
 MAIN = "Baseline, all heads"
 SST2_LABELS = np.array([0, 1] * 5)
 # NER: B-PER I-PER | B-LOC, B-ORG | none | B-MISC I-MISC I-MISC, B-PER (5 entities).

@@ -108,6 +108,7 @@ def test_invalid_means_from_another_model(finished, tmp_path):
     run.run(tiny_config(tmp, **{"model.name": model_dir, "stage": "probe"}), str(other))
 
 
+@pytest.mark.unit
 def test_invalid_unknown_task_and_missing_data_fail_fast(tmp_path):
   with pytest.raises(ValueError, match="Unknown task 'sst5'"):
     run.run(tiny_config(tmp_path, **{"data.task": "sst5"}), str(tmp_path / "a"))
@@ -117,6 +118,7 @@ def test_invalid_unknown_task_and_missing_data_fail_fast(tmp_path):
             str(tmp_path / "b"))
 
 
+@pytest.mark.unit
 def test_invalid_config_values_fail_fast(tmp_path):
   with pytest.raises(run.ConfigError, match="needs a deterministic encoder"):
     run.run(tiny_config(tmp_path, **{"probe.cache_features": True}), str(tmp_path / "c"))
@@ -126,6 +128,7 @@ def test_invalid_config_values_fail_fast(tmp_path):
     run.run(tiny_config(tmp_path, **{"papa.variants": ("raw", "fancy")}), str(tmp_path / "e"))
 
 
+@pytest.mark.integration
 def test_invalid_cache_budget_fails_before_any_stage_runs(tmp_path, minilm):
   """A model whose cached features exceed run.cache_max_gb is refused before the means
   pass and the sorting run (not hours later, at the probe stage)."""
@@ -166,6 +169,7 @@ def test_run_failed_on_a_data_error_then_fixed_runs_in_the_same_workdir(tmp_path
   assert (wd / "means" / "means_raw.npz").exists()
 
 
+@pytest.mark.unit
 def test_invalid_workdir_is_an_existing_file(tmp_path):
   path = tmp_path / "file"
   path.write_text("x")

@@ -6,6 +6,8 @@ import pytest
 
 from papa_jax import runner
 
+pytestmark = pytest.mark.unit
+
 
 def _case(shape, weight_axes, seed=0):
   rng = np.random.default_rng(seed)

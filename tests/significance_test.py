@@ -6,6 +6,8 @@ import scipy.stats
 
 from papa_jax import rank_agreement, significance
 
+pytestmark = pytest.mark.unit
+
 
 def test_bootstrap_p_value_inverts_the_printed_percentile_interval():
   """p >= 1 - level exactly when numpy's percentile interval at `level` contains 0, for

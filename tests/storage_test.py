@@ -23,6 +23,7 @@ def gcs():
     yield fs
 
 
+@pytest.mark.unit
 def test_remote_atomic_write_publishes_the_whole_object_or_nothing(gcs):
   path = f"{WD}/means/means_raw.npz"
   with workdir.atomic_write(path, "wb") as f:
@@ -41,6 +42,7 @@ def test_remote_atomic_write_publishes_the_whole_object_or_nothing(gcs):
   assert storage.glob(f"{WD}/*/means_*.npz") == [path]
 
 
+@pytest.mark.unit
 def test_remote_listing_and_removal(gcs):
   """What `bind` under `overwrite` and the suite's cell discovery use."""
   for name in ("means/means_raw.npz", "probe/raw_k1_s0/result.json", "results.json"):
@@ -53,6 +55,7 @@ def test_remote_listing_and_removal(gcs):
   assert storage.listdir(WD) == ["means"] and not storage.exists(f"{WD}/probe")
 
 
+@pytest.mark.unit
 def test_remote_write_error_names_the_object(gcs, monkeypatch):
   def full(path, data):
     raise OSError(28, "No space left on device")
@@ -62,6 +65,7 @@ def test_remote_write_error_names_the_object(gcs, monkeypatch):
   assert not storage.exists(f"{WD}/x.json")
 
 
+@pytest.mark.unit
 def test_lease_refuses_a_second_holder_naming_it_and_is_released(gcs):
   with workdir.lock(WD, stale_seconds=60):
     held = lease.read(f"{WD}/.lock")
@@ -72,6 +76,7 @@ def test_lease_refuses_a_second_holder_naming_it_and_is_released(gcs):
   assert not storage.exists(f"{WD}/.lock")
 
 
+@pytest.mark.unit
 def test_lease_takes_over_a_stale_lease_and_keeps_its_own_fresh(gcs, caplog):
   dead = dict(host="other", pid=1, started="2026-01-01T00:00:00", token="x",
               heartbeat=time.time() - 10)
@@ -83,6 +88,7 @@ def test_lease_takes_over_a_stale_lease_and_keeps_its_own_fresh(gcs, caplog):
     assert now["token"] == mine["token"] and time.time() - now["heartbeat"] < 0.4
 
 
+@pytest.mark.unit
 def test_lease_of_a_live_run_whose_clock_runs_behind_is_not_taken_over(gcs):
   """Its heartbeats look 10 min old by this host's clock, but they keep coming: watched
   before a takeover, the lease is seen to change and refused (clocks were trusted before)."""
@@ -107,6 +113,7 @@ def test_lease_of_a_live_run_whose_clock_runs_behind_is_not_taken_over(gcs):
   assert lease.read(f"{WD}/.lock")["token"] == "b"  # Still the live run's.
 
 
+@pytest.mark.unit
 def test_lease_race_lost_during_settle_is_refused(gcs, monkeypatch):
   real = storage.put
 
@@ -120,6 +127,7 @@ def test_lease_race_lost_during_settle_is_refused(gcs, monkeypatch):
       pass
 
 
+@pytest.mark.unit
 def test_feature_cache_must_be_local(tmp_path):
   c = tiny_config(tmp_path, **{"run.cache_dir": "gs://bucket/cache"})
   with pytest.raises(ConfigError, match="run.cache_dir='gs://bucket/cache' must be a local"):

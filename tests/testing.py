@@ -9,6 +9,7 @@ import pytest
 
 from papa_jax import shared
 from papa_jax.data import preprocess, readers, tasks
+from tests import tiers
 
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 
@@ -16,6 +17,7 @@ MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 def require_model(key: str) -> str:
   """The folder of fetchable ladder model `key` ($PAPA_MODELS), or skip saying how to get it."""
   from papa_jax.convert import fetch  # pylint: disable=import-outside-toplevel
+  tiers.refuse_in_unit(f"uses the real checkpoint {key!r}")
   try:
     return fetch.model_dir(key)
   except FileNotFoundError as e:

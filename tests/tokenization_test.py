@@ -25,6 +25,7 @@ def _minilm_copy(tmp_path, keep_tokenizer: bool):
   return dst
 
 
+@pytest.mark.unit
 def test_invalid_model_dir_without_tokenizer_files_fails_before_any_work(tmp_path):
   model = _minilm_copy(tmp_path, keep_tokenizer=False)
   wd = tmp_path / "wd"
@@ -33,6 +34,7 @@ def test_invalid_model_dir_without_tokenizer_files_fails_before_any_work(tmp_pat
   assert not (wd / "config.json").exists() and not (wd / "means").exists()
 
 
+@pytest.mark.unit
 def test_invalid_near_empty_vocabulary_is_refused(tmp_path):
   model = _minilm_copy(tmp_path, keep_tokenizer=False)
   (model / "vocab.txt").write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n")
@@ -40,6 +42,7 @@ def test_invalid_near_empty_vocabulary_is_refused(tmp_path):
     convert.load_pretrained(str(model)).tokenizer()
 
 
+@pytest.mark.integration
 def test_invalid_tokenizer_of_a_bigger_vocabulary_is_refused(tmp_path):
   tiny = tmp_path / "tiny"
   shutil.copytree(require_shared("fixtures", "tiny-random", "bert", "BertModel"), tiny)
@@ -53,6 +56,7 @@ def test_invalid_tokenizer_of_a_bigger_vocabulary_is_refused(tmp_path):
     convert.load_pretrained(str(tiny)).tokenizer()
 
 
+@pytest.mark.integration
 def test_invalid_data_that_is_mostly_unknown_tokens(minilm_tokenizer):
   tok = minilm_tokenizer
   ids = np.full((4, 8), tok.unk_token_id)
@@ -64,6 +68,7 @@ def test_invalid_data_that_is_mostly_unknown_tokens(minilm_tokenizer):
   assert tokenization.check_unknown_rate(tok, ids, np.ones_like(ids), "x") == pytest.approx(1 / 6)
 
 
+@pytest.mark.unit
 def test_tokenizer_fingerprint_follows_the_vocabulary(tmp_path):
   model = _minilm_copy(tmp_path, keep_tokenizer=True)
   before = tokenization.tokenizer_fingerprint(str(model))

@@ -16,6 +16,7 @@ TINY = EncoderConfig(vocab_size=50, hidden_size=8, num_layers=1, num_heads=2,
                      intermediate_size=8, max_position_embeddings=16)
 
 
+@pytest.mark.unit
 def test_invalid_nonfinite_loss_stops_naming_the_step():
   n, L = 64, 4
   rng = np.random.default_rng(0)
@@ -34,6 +35,7 @@ def test_invalid_nonfinite_loss_stops_naming_the_step():
               data, data, lambda x: {}, parallel.make_mesh(1))
 
 
+@pytest.mark.integration
 def test_long_sequences_are_truncated_and_counted(minilm_tokenizer, sst2_dir, caplog, tmp_path):
   cfg = ConfigDict(dict(task="sst2", source="local", data_dir=str(sst2_dir),
                         max_length=8, papa_layout=False, faithful_segment_ids=True,

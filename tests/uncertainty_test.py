@@ -6,6 +6,8 @@ import pytest
 from papa_jax import metrics, uncertainty
 from papa_jax.data.tasks import get_task
 
+pytestmark = pytest.mark.unit
+
 
 def _tags(task, rng, n, length, acc):
   """Gold and `acc`-accurate predicted tag ids `[n, length]`, -100 past each end."""

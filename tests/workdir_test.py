@@ -18,6 +18,7 @@ from papa_jax.layout import Layout
 from papa_jax.papa import means as means_lib
 
 
+@pytest.mark.unit
 def test_invalid_workdir_that_is_a_file(tmp_path):
   path = tmp_path / "results.txt"
   path.write_text("x")
@@ -25,6 +26,7 @@ def test_invalid_workdir_that_is_a_file(tmp_path):
     workdir.prepare(str(path))
 
 
+@pytest.mark.unit
 def test_workdir_without_finished_work_is_not_bound(tmp_path):
   a, b = quickstart.get_config(), quickstart.get_config()
   b.data.data_dir = "/fixed/path"
@@ -50,6 +52,7 @@ with workdir.lock({wd!r}):
 """
 
 
+@pytest.mark.integration
 def test_lock_second_run_is_refused_naming_the_first_then_stale_lock_taken_over(tmp_path,
                                                                                 caplog):
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -104,6 +107,7 @@ def _fill_disk_after(monkeypatch, limit):
   monkeypatch.setattr(workdir, "atomic_write", workdir.contextlib.contextmanager(failing))
 
 
+@pytest.mark.unit
 def test_full_disk_while_writing_means_leaves_the_last_good_state(tmp_path, monkeypatch):
   path = str(tmp_path / "means_raw.partial.npz")
   resume.save(path, "key", 5, {"sum/attention": np.ones((2, 3, 4, 4))})
@@ -118,6 +122,7 @@ def test_full_disk_while_writing_means_leaves_the_last_good_state(tmp_path, monk
   assert sorted(os.listdir(tmp_path)) == ["means_raw.partial.npz"]  # No temporary left.
 
 
+@pytest.mark.unit
 def test_full_disk_while_writing_results_json(tmp_path, monkeypatch):
   path = str(tmp_path / "result.json")
   workdir.write_json(path, {"score": 0.5})
@@ -127,6 +132,7 @@ def test_full_disk_while_writing_results_json(tmp_path, monkeypatch):
   assert json.load(open(path)) == {"score": 0.5}
 
 
+@pytest.mark.unit
 def test_full_disk_while_writing_a_checkpoint(tmp_path, monkeypatch):
   ck = checkpoint.Checkpointer(str(tmp_path / "ck"))
   state = {"w": jnp.ones(4)}
@@ -148,6 +154,7 @@ def test_full_disk_while_writing_a_checkpoint(tmp_path, monkeypatch):
   assert meta["epoch"] == 1 and np.all(np.asarray(got["w"]) == 1.0)
 
 
+@pytest.mark.unit
 def test_full_disk_before_a_feature_cache_is_filled(tmp_path, monkeypatch):
   def no_space(fd, offset, length):
     raise OSError(errno.ENOSPC, "No space left on device")
@@ -157,6 +164,7 @@ def test_full_disk_before_a_feature_cache_is_filled(tmp_path, monkeypatch):
   assert not os.listdir(tmp_path)
 
 
+@pytest.mark.integration
 def test_provenance_records_the_settings_that_change_numbers(monkeypatch):
   monkeypatch.delenv("PAPA_CPU_TUNING", raising=False)
   monkeypatch.setenv("PAPA_FUSED_ATTENTION", "0")

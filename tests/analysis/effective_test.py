@@ -34,14 +34,20 @@ def _oracle(A, T, mask):
   return out
 
 
-@hypothesis.given(seed=st.integers(0, 10**6), n=st.integers(2, 20), d=st.integers(1, 8),
-                  frac=st.floats(0.1, 1.0))
+_jitted_effective = jax.jit(eff.effective_attention)
+
+
+# Shapes from a small set, so that each compiles once: with frac they still reach n_valid
+# below, at and above d, a single valid key, and padding (the cases the algebra tells apart).
+@pytest.mark.unit
+@hypothesis.given(seed=st.integers(0, 10**6), n=st.sampled_from([2, 7, 20]),
+                  d=st.sampled_from([1, 4, 8]), frac=st.floats(0.1, 1.0))
 def test_effective_properties_random(seed, n, d, frac):
   n_valid = max(1, int(round(frac * n)))
   A, T, mask = _case(seed, n, d, n_valid)
-  with jax.enable_x64(True):
-    E, info = eff.effective_attention(jnp.asarray(A), jnp.asarray(T), jnp.asarray(mask))
-    E2, _ = eff.effective_attention(E, jnp.asarray(T), jnp.asarray(mask))
+  with jax.enable_x64(True):  # Jitted: one compile per shape (eager equals jit: below).
+    E, info = _jitted_effective(jnp.asarray(A), jnp.asarray(T), jnp.asarray(mask))
+    E2, _ = _jitted_effective(E, jnp.asarray(T), jnp.asarray(mask))
     E, E2 = np.asarray(E), np.asarray(E2)
   Tm = np.where(mask[..., None], T, 0)
   # Output preservation: A_eff T == A T (on real keys).
@@ -58,6 +64,7 @@ def test_effective_properties_random(seed, n, d, frac):
   np.testing.assert_array_equal(np.asarray(info.rank), np.minimum(n_valid, d))
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("dtype,tol", [(np.float64, 1e-12), (np.float32, 1e-5)])
 def test_effective_short_inputs_equal_attention(dtype, tol):
   A, T, mask = _case(0, n=16, d=8, n_valid=7)
@@ -68,6 +75,7 @@ def test_effective_short_inputs_equal_attention(dtype, tol):
     assert np.all(np.asarray(info.null_dim) == 0)
 
 
+@pytest.mark.unit
 def test_effective_appending_padding_leaves_valid_block_unchanged():
   A, T, mask = _case(1, n=10, d=3)
   rng = np.random.default_rng(2)
@@ -82,6 +90,7 @@ def test_effective_appending_padding_leaves_valid_block_unchanged():
   np.testing.assert_allclose(E_pad[:, :10, :10], E, atol=1e-12)
 
 
+@pytest.mark.unit
 def test_effective_invariant_to_invertible_mixing_and_output_projection():
   A, T, mask = _case(3, n=14, d=4)
   rng = np.random.default_rng(4)
@@ -93,6 +102,7 @@ def test_effective_invariant_to_invertible_mixing_and_output_projection():
     np.testing.assert_allclose(np.asarray(eff.effective_attention(A, T @ W_O, mask)[0]), E, atol=1e-10)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("scale", [1e-3, 1.0, 1e3])
 @pytest.mark.parametrize("method", ["qr_svd", "svd"])
 def test_effective_rank_deficient_rank_at_every_scale(scale, method):
@@ -102,6 +112,7 @@ def test_effective_rank_deficient_rank_at_every_scale(scale, method):
   assert int(info.rank[0]) == 3 and int(info.null_dim[0]) == 37
 
 
+@pytest.mark.unit
 def test_invalid_effective_shapes_and_half_precision():
   with pytest.raises(ValueError, match="do not match"):
     eff.effective_attention(jnp.ones((2, 5, 5)), jnp.ones((2, 6, 3)))
@@ -111,6 +122,7 @@ def test_invalid_effective_shapes_and_half_precision():
     eff.range_basis(jnp.ones((5, 3), jnp.bfloat16))
 
 
+@pytest.mark.unit
 class EffectiveVariantsTest(chex.TestCase):
 
   @chex.variants(with_jit=True, without_jit=True)
@@ -121,6 +133,7 @@ class EffectiveVariantsTest(chex.TestCase):
     chex.assert_trees_all_close(E, _oracle(A, T, mask).astype(np.float32), atol=2e-5)
 
 
+@pytest.mark.integration
 def test_effective_model_override_keeps_outputs_on_real_weights(minilm, minilm_tokenizer):
   """Replacing every head by its effective attention leaves the model's output unchanged."""
   text = ("the film 's thoughtful , reflective tone , its quietly affecting performances and "

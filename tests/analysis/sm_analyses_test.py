@@ -21,6 +21,7 @@ def dev(minilm_tokenizer, sst2_dir):
   return testing.sst2_dev_sample(minilm_tokenizer, sst2_dir, longest=4, first=4)
 
 
+@pytest.mark.integration
 def test_finetune_model_with_itself_is_cosine_one_and_js_zero(minilm, dev):
   st = testing.analysis_means(finetune.Finetune("itself"), minilm, dev.arrays(),
                               params=(minilm.params, minilm.params))
@@ -30,6 +31,7 @@ def test_finetune_model_with_itself_is_cosine_one_and_js_zero(minilm, dev):
   np.testing.assert_allclose(st["js_raw"], 0.0, atol=1e-7)
 
 
+@pytest.mark.integration
 def test_finetune_fine_tuned_model_differs_and_mismatches_are_refused(minilm, dev, tmp_path):
   pytest.importorskip("sre_embedding_model")
   other = convert.load_pretrained("pkg:sre_embedding_model/model_weights")
@@ -48,6 +50,7 @@ def test_finetune_fine_tuned_model_differs_and_mismatches_are_refused(minilm, de
     finetune.check_comparable(minilm.config, other.config, "their vocabularies differ")
 
 
+@pytest.mark.integration
 def test_linguistic_tags_align_to_first_word_pieces(minilm_tokenizer):
   """Hand-checked: 'unhappiness' and 'Smiths' split into pieces; only the first is tagged."""
   task = tasks.get_task("pos")
@@ -69,6 +72,7 @@ def test_linguistic_tags_align_to_first_word_pieces(minilm_tokenizer):
       "NOUN", "OTHER", "OTHER", "PRON", "PUNCT", "OTHER"]
 
 
+@pytest.mark.integration
 def test_linguistic_stats_equal_numpy_on_one_example(minilm, minilm_tokenizer):
   task = tasks.get_task("pos")
   names = list(task.label_names)
@@ -94,6 +98,7 @@ def test_linguistic_stats_equal_numpy_on_one_example(minilm, minilm_tokenizer):
   np.testing.assert_allclose(st["rows_mass_eff"], st["rows_mass_raw"], atol=1e-4)
 
 
+@pytest.mark.integration
 def test_ablation_own_attention_changes_nothing_and_uniform_equals_numpy(minilm, dev):
   cfg = minilm.config
   ids, mask = dev.input_ids[:1], dev.attention_mask[:1]
@@ -120,6 +125,7 @@ def test_ablation_own_attention_changes_nothing_and_uniform_equals_numpy(minilm,
                              atol=3e-5)
 
 
+@pytest.mark.integration
 def test_ablation_batched_rows_equal_one_at_a_time_and_effective_is_output_preserving(minilm,
                                                                                       dev):
   cfg = minilm.config
@@ -143,6 +149,7 @@ def test_ablation_batched_rows_equal_one_at_a_time_and_effective_is_output_prese
   assert np.abs(batched - stock).max() > 1e-4  # Uniform attention does change something.
 
 
+@pytest.mark.unit
 def test_ablation_rank_agreement():
   drop = np.arange(12.0).reshape(3, 4)
   got = ablation.rank_agreement(drop, drop * 2)

@@ -48,6 +48,7 @@ def _numpy_stats(minilm, arrays, layer):
   return {k: np.mean(np.asarray(v), 0) for k, v in acc.items()}
 
 
+@pytest.mark.integration
 def test_effective_stats_match_numpy(minilm, long_batch):
   st = analysis_means(stats.EffectiveStats(minilm.config.dim_per_head), minilm, long_batch)
   assert st["count/all"] == 11 and 0 < st["count/long"] < 11
@@ -58,6 +59,7 @@ def test_effective_stats_match_numpy(minilm, long_batch):
       np.testing.assert_allclose(st[f"{k}/all"][layer], want[k], atol=tol, err_msg=k)
 
 
+@pytest.mark.integration
 def test_effective_stats_8_devices_equal_1(minilm, long_batch):
   analysis = stats.EffectiveStats(minilm.config.dim_per_head)
   # 11 examples in batches of 8: the last batch is padded.
@@ -100,6 +102,7 @@ def test_effective_stage_writes_stats_and_figures_and_resumes(tmp_path, minilm, 
   assert not (out / "partial.partial.npz").exists()
 
 
+@pytest.mark.integration
 def test_invalid_effective_figure_head_does_not_exist(tmp_path, minilm):
   del minilm
   c = tiny_config(tmp_path, stage="effective", **{"figures.head": 12})

@@ -17,6 +17,8 @@ import papa_jax as pj
 from papa_jax.convert import hf_config
 from tests import hf_oracle
 
+pytestmark = pytest.mark.unit
+
 BASE = dict(model_type="albert", vocab_size=10, hidden_size=8, num_hidden_layers=3,
             num_attention_heads=2, intermediate_size=8, max_position_embeddings=12,
             embedding_size=4)

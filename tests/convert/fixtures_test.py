@@ -10,6 +10,8 @@ import pytest
 import papa_jax as pj
 from tests.testing import require_shared
 
+pytestmark = pytest.mark.unit
+
 CHECKPOINTS = [
     "bert/BertModel", "bert/BertForMaskedLM", "roberta/RobertaModel",
     "roberta/RobertaForMaskedLM", "deberta/DebertaModel",

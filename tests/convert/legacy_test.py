@@ -96,6 +96,7 @@ def _variant(src: pathlib.Path, dst: pathlib.Path, weights: dict, **config) -> p
   return dst
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_parity_legacy_layouts_load_the_same_model(tiny_bert, tmp_path, variant):
   """Each layout converts to exactly the original's parameters and matches HF PyTorch
@@ -114,6 +115,7 @@ def test_parity_legacy_layouts_load_the_same_model(tiny_bert, tmp_path, variant)
   assert rel <= 1e-4 and att <= 1e-5, (rel, att)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("config,match", [
     (dict(intermediate_size=40), r"layer_0/intermediate/kernel <- bert.encoder.layer.0."
      r"intermediate.dense.weight \(96, 64\): checkpoint \(64, 96\) vs config \(64, 40\)"),
@@ -137,6 +139,7 @@ TOKENIZER_TEXTS = ["The quick brown fox jumps over the lazy dog.", "Café naïve
                    "unaffable x🤖y  tabs\tand\nnewlines", "a"]
 
 
+@pytest.mark.integration
 def test_tokenizer_json_alone_tokenizes_like_the_vocab(tmp_path):
   """A folder with tokenizer.json but no vocab.txt gives HF's tokens, pairs included."""
   from papa_jax import convert
@@ -180,6 +183,7 @@ def splade():
   return pj.load_pretrained(str(path))
 
 
+@pytest.mark.integration
 def test_parity_splade_tiny_reference_values(splade):
   """The published HF reference numbers, no torch needed."""
   enc = splade.tokenizer()(SPLADE_BATCH, padding="max_length", max_length=16, truncation=True,
@@ -198,6 +202,7 @@ def test_parity_splade_tiny_reference_values(splade):
     np.testing.assert_allclose((A[0, b, 0] ** 2).sum(), SPLADE_SUMSQ00[b], atol=2e-5)
 
 
+@pytest.mark.integration
 def test_parity_splade_tiny_mlm_head_fills_the_mask(splade):
   """Real, not random: the checkpoint's own MLM head (tied decoder) on our last hidden
   state fills "paris is the [MASK] of france." as HF's fill-mask does."""
@@ -217,6 +222,7 @@ def test_parity_splade_tiny_mlm_head_fills_the_mask(splade):
   assert tok.convert_ids_to_tokens(np.argsort(-logits)[:5].tolist()) == SPLADE_FILL
 
 
+@pytest.mark.integration
 def test_parity_splade_tiny_against_pytorch(splade):
   """Hidden states <= 1e-4 of each layer's largest value and attentions <= 1e-5 at real
   tokens (float32), every position in float64 to 1e-9."""

@@ -19,6 +19,8 @@ from papa_jax.models import rotary
 from papa_jax.papa import constants as papa_constants
 from tests import hf_oracle
 
+pytestmark = pytest.mark.unit
+
 L = 24  # Longer than every window (radius 4), so the window bites.
 
 
@@ -96,22 +98,39 @@ def _constants(model, ids, mask):
               dense=dense)
 
 
+@pytest.fixture(scope="module")
+def explicit(model, batch):
+  """The explicit path (probabilities captured, so the fused flag plays no part), jitted once
+  for the module: one compile per head set, shared by both fused settings."""
+  ids, mask = batch
+  enc = pj.Encoder(model.config)
+  return jax.jit(lambda p, o: enc.apply({"params": p}, ids, mask, override=o,
+                                        capture_attention=True))
+
+
+@pytest.fixture(scope="module")
+def constants(model, batch):
+  return _constants(model, *batch)
+
+
 @pytest.mark.parametrize("fused", ["0", "1"])
-def test_override_modernbert_constants_respect_the_window(model, batch, monkeypatch, fused):
+def test_override_modernbert_constants_respect_the_window(model, batch, explicit, constants,
+                                                           monkeypatch, fused):
   """Every constant on a local layer keeps its mass inside the window, renormalised over
   the example's real keys there; the fast (and fused) path gives the same outputs."""
   monkeypatch.setenv("PAPA_FUSED_ATTENTION", fused)
   c, (ids, mask) = model.config, batch
   real = mask.astype(bool)
   enc = pj.Encoder(c)
-  run = jax.jit(lambda p, o, cap: enc.apply({"params": p}, ids, mask, override=o,
-                                            capture_attention=cap), static_argnums=2)
+  fast_run = jax.jit(lambda p, o: enc.apply({"params": p}, ids, mask, override=o))
   heads = np.random.default_rng(1).random((c.num_layers, c.num_heads)) < 0.5
   heads[1, 0], heads[1, 1] = True, False  # A local layer has both kinds.
-  for name, const in _constants(model, ids, mask).items():
-    for hs in (heads, np.ones_like(heads)):
+  # All heads static leaves nothing for the fused path: that case once, under "0".
+  head_sets = (heads, np.ones_like(heads)) if fused == "0" else (heads,)
+  for name, const in constants.items():
+    for hs in head_sets:
       ov = pj.AttentionOverride.constant(jnp.asarray(const, jnp.float32), hs)
-      full, fast = run(model.params, ov, True), run(model.params, ov, False)
+      full, fast = explicit(model.params, ov), fast_run(model.params, ov)
       for l in range(c.num_layers):
         a = np.asarray(full.attentions[l])
         static = hs[l]
@@ -126,10 +145,15 @@ def test_override_modernbert_constants_respect_the_window(model, batch, monkeypa
         np.testing.assert_allclose(rows, 1.0, atol=1e-5)
       for x, y in zip(full.hidden_states, fast.hidden_states, strict=True):
         np.testing.assert_allclose(np.asarray(x)[real], np.asarray(y)[real], atol=3e-5)
-  gated = pj.AttentionOverride.gated(jnp.asarray(_constants(model, ids, mask)["dense"],
-                                                 jnp.float32),
+
+
+def test_override_modernbert_gated_constants_respect_the_window(model, batch, explicit,
+                                                               constants):
+  """Gates mix a dense constant into every head of a local layer: still no mass outside."""
+  c, real = model.config, batch[1].astype(bool)
+  gated = pj.AttentionOverride.gated(jnp.asarray(constants["dense"], jnp.float32),
                                      jnp.full((c.num_layers, c.num_heads), -3.0))
-  a = np.asarray(run(model.params, gated, True).attentions[1])
+  a = np.asarray(explicit(model.params, gated).attentions[1])
   assert _leak(a, c, 1, real) == 0.0
 
 

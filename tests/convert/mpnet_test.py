@@ -7,6 +7,7 @@ long enough to reach every bucket, and the real all-mpnet-base-v2
 """
 
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -18,13 +19,11 @@ from tests import hf_oracle, testing
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-  pytest.importorskip("torch")
-  path = tmp_path_factory.mktemp("mpnet")
-  hf_oracle.save_random("mpnet", path)
-  return path
+def tiny(random_hf):
+  return random_hf("mpnet")[0]
 
 
+@pytest.mark.unit
 def test_parity_mpnet_buckets_match_torch():
   torch = pytest.importorskip("torch")
   from transformers.models.mpnet.modeling_mpnet import MPNetEncoder
@@ -35,6 +34,7 @@ def test_parity_mpnet_buckets_match_torch():
     np.testing.assert_array_equal(ours, ref.numpy(), err_msg=f"{buckets}, {max_distance}")
 
 
+@pytest.mark.unit
 def test_parity_mpnet_long_inputs_reach_every_bucket(tiny):
   """Offsets up to 127 use every row of the shared table (but row 16, a negative zero
   offset that T5's buckets never produce); HF agrees on padded batches."""
@@ -45,15 +45,21 @@ def test_parity_mpnet_long_inputs_reach_every_bucket(tiny):
   np.testing.assert_array_equal(rows, np.delete(np.arange(32), 16))
   ids, mask = hf_oracle.padded_batch(c.vocab_size, [c.max_length, 100, 3], c.max_length, 1)
   hf = hf_oracle.load_hf(tiny)
-  ours = model.apply(ids, mask, capture_attention=True)
+  # Jitted: this length is the family tests' only one, so op by op would compile every op.
+  def fwd(p, i, m):
+    return model.module.apply({"params": p}, i, m, capture_attention=True)
+  ours = jax.jit(fwd)(model.params, ids, mask)
   rel, _, att = hf_oracle.max_diffs(ours, *hf_oracle.run_hf(hf, ids, mask), mask)
   assert rel <= 1e-4 and att <= 1e-5, (rel, att)
-  _, ab, att = hf_oracle.max_diffs(hf_oracle.ours_f64(model, ids, mask),
-                                   *hf_oracle.run_hf(hf.double(), ids, mask), mask,
+  with jax.enable_x64(True):  # Traced apart: float64 parameters, int64 ids.
+    p64 = jax.tree.map(lambda x: jnp.asarray(x, jnp.float64), model.params)
+    ours64 = jax.tree.map(np.asarray, jax.jit(fwd)(p64, jnp.asarray(ids), jnp.asarray(mask)))
+  _, ab, att = hf_oracle.max_diffs(ours64, *hf_oracle.run_hf(hf.double(), ids, mask), mask,
                                    real_only=False)
   assert ab <= 1e-9 and att <= 1e-9, (ab, att)
 
 
+@pytest.mark.unit
 def test_parity_mpnet_head_classes_load_their_base(tmp_path):
   """MPNetForMaskedLM (prefix `mpnet.`, an LM head) converts to the base model."""
   torch = pytest.importorskip("torch")
@@ -70,6 +76,7 @@ def test_parity_mpnet_head_classes_load_their_base(tmp_path):
   assert rel <= 1e-4 and att <= 1e-5, (rel, att)
 
 
+@pytest.mark.unit
 def test_invalid_mpnet_bias_table_shape_is_named(tiny, tmp_path):
   w = load_file(str(tiny / "model.safetensors"))
   w["encoder.relative_attention_bias.weight"] = np.zeros((16, 4), np.float32)
@@ -79,6 +86,7 @@ def test_invalid_mpnet_bias_table_shape_is_named(tiny, tmp_path):
     pj.load_pretrained(str(tmp_path))
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("fused", ["0", "1"])
 def test_override_mpnet_fused_attention_carries_the_bias(tiny, monkeypatch, fused):
   """The fused dot_product_attention path (accelerators) adds the same bias, with and
@@ -86,16 +94,20 @@ def test_override_mpnet_fused_attention_carries_the_bias(tiny, monkeypatch, fuse
   monkeypatch.setenv("PAPA_FUSED_ATTENTION", fused)
   model = pj.load_pretrained(str(tiny))
   c = model.config
-  ids, mask = hf_oracle.padded_batch(c.vocab_size, [24, 11], 24, 1, seed=5)
+  ids, mask = hf_oracle.family_batch(c, seed=5)
+  b = 3  # 25 real tokens of 40: the constants are this example's own attention.
   ref = model.apply(ids, mask, capture_attention=True)
   heads = np.zeros((c.num_layers, c.num_heads), bool)
   heads[:, 1] = True
-  constants = jnp.stack([a[0] for a in ref.attentions])
-  m = mask[0].astype(bool)
+  constants = jnp.stack([a[b] for a in ref.attentions])
+  m = mask[b].astype(bool)
   for ov in (None, pj.AttentionOverride.constant(constants, heads)):
-    out = model.apply(ids[:1], mask[:1], override=ov)
-    for a, b in zip(out.hidden_states, ref.hidden_states, strict=True):
-      np.testing.assert_allclose(np.asarray(a)[0, m], np.asarray(b)[0, m], atol=3e-5)
+    out = model.apply(ids, mask, override=ov)
+    for x, y in zip(out.hidden_states, ref.hidden_states, strict=True):
+      np.testing.assert_allclose(np.asarray(x)[b, m], np.asarray(y)[b, m], atol=3e-5)
+    if ov is not None:  # The constants do act: the other examples' outputs change.
+      assert np.abs(np.asarray(out.hidden_states[-1])[:b]
+                    - np.asarray(ref.hidden_states[-1])[:b]).max() > 1e-3
 
 
 REAL_BATCH = ["The quick brown fox jumps over the lazy dog.", "A man is eating food."]
@@ -116,6 +128,7 @@ def real_mpnet():
   return pj.load_pretrained(testing.require_model("mpnet"))
 
 
+@pytest.mark.integration
 def test_parity_real_mpnet_reference_values(real_mpnet):
   """The published HF reference numbers, no torch needed."""
   tok = real_mpnet.tokenizer()
@@ -141,6 +154,7 @@ def test_parity_real_mpnet_reference_values(real_mpnet):
   np.testing.assert_allclose(emb[1:] @ emb[0], list(REAL_COSINES.values()), atol=1e-5)
 
 
+@pytest.mark.integration
 def test_parity_real_mpnet_against_pytorch(real_mpnet):
   """Hidden states <= 1e-4 of each layer's largest value and attentions <= 1e-5 at real
   tokens (float32), every position in float64; lengths 3-128 reach every bucket."""

@@ -109,6 +109,7 @@ def tiny(tmp_path_factory):
   return root
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("style", ["anonymous", "named", "zero_bias", "decomposed"])
 def test_convert_tiny_export_matches_hf_and_onnxruntime(tiny, style):
   from safetensors.numpy import load_file
@@ -139,6 +140,7 @@ def test_convert_tiny_export_matches_hf_and_onnxruntime(tiny, style):
   assert onnx_import.graph_difference(model, tiny / f"{style}.onnx", ids, mask) <= 1e-5
 
 
+@pytest.mark.unit
 def test_convert_task_model_exports_keep_the_encoder(tmp_path):
   """BertForMaskedLM (decoder tied to the word embeddings) and a classifier: the head's
   weights are left out, the encoder's come out under BertModel names, bit-identical."""
@@ -156,6 +158,7 @@ def test_convert_task_model_exports_keep_the_encoder(tmp_path):
       np.testing.assert_array_equal(state[k], v, err_msg=k)
 
 
+@pytest.mark.unit
 def test_load_onnx_folder_tokenizer_and_fingerprint(tiny, tmp_path):
   """A folder with one .onnx and tokenizer files loads like the file plus tokenizer_dir;
   the fingerprint covers the tokenizer files and the weights."""
@@ -224,6 +227,7 @@ def _reshape_weight(graph):
   t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t)[:, :90].copy(), t.name))
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("edit, style, match", [
     (_drop_initializer("layer.1.attention.self.key.bias"), "named",
      r"missing keys \['encoder.layer.1.attention.self.key.bias'\]"),
@@ -256,6 +260,7 @@ def _scale(value):
   return edit
 
 
+@pytest.mark.unit
 def test_convert_heads_from_reshapes_or_score_scale(tiny, tmp_path):
   """Heads come from the q/k/v reshapes, else from the score scale; a scale that is not
   1/sqrt(head dim), or neither source, is refused."""
@@ -269,6 +274,7 @@ def test_convert_heads_from_reshapes_or_score_scale(tiny, tmp_path):
     read(_opaque_head_reshapes, _scale(1.0))
 
 
+@pytest.mark.unit
 def test_convert_hf_named_weights_need_no_node_names(tiny, tmp_path):
   """With HF-named initializers, the weights, heads, activation and the hidden-state
   output are found by following the weights; node names are not needed."""
@@ -284,6 +290,7 @@ def test_convert_hf_named_weights_need_no_node_names(tiny, tmp_path):
       str(tiny / "named.onnx"))
 
 
+@pytest.mark.unit
 def test_invalid_decoder_quantised_truncated_and_missing_onnx(tiny, tmp_path, monkeypatch):
   from onnxruntime.quantization import QuantType, quantize_dynamic
   with pytest.raises(ValueError, match=r"'bert.wte.weight' \[99, 32\] has no Hugging Face "
@@ -318,6 +325,7 @@ def real_l3():
   return path, model
 
 
+@pytest.mark.integration
 def test_parity_real_minilm_l3_onnx(real_l3):
   """Our encoder vs the graph's own output (onnxruntime) and shared/models.md's values."""
   path, model = real_l3
@@ -349,6 +357,7 @@ def test_parity_real_minilm_l3_onnx(real_l3):
   assert np.abs(pool - ref_pool).max() <= 1e-5
 
 
+@pytest.mark.integration
 def test_parity_real_minilm_l3_onnx_hf_attentions(real_l3):
   """HF BertModel on the converted state dict gives the same attentions."""
   torch = pytest.importorskip("torch")

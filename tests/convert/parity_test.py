@@ -40,6 +40,7 @@ def _compare(ours, ref_hidden, ref_attn, mask, hid_tol, att_tol, real_only):
     assert diff.max() <= att_tol, diff.max()
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("checkpoint", ["minilm", "sre"])
 def test_parity_real_bert_weights(checkpoint, minilm, minilm_tokenizer):
   if checkpoint == "sre":
@@ -65,6 +66,7 @@ def test_parity_real_bert_weights(checkpoint, minilm, minilm_tokenizer):
            1e-9, 1e-9, real_only=False)
 
 
+@pytest.mark.integration
 def test_parity_minilm_reference_embedding(minilm, minilm_tokenizer):
   """Mean-pooled, normalised embedding equals the published reference values."""
   enc = minilm_tokenizer(["The quick brown fox jumps over the lazy dog."], return_tensors="np")
@@ -75,16 +77,20 @@ def test_parity_minilm_reference_embedding(minilm, minilm_tokenizer):
   np.testing.assert_allclose(emb[:4], [0.04393, 0.05893, 0.04818, 0.07755], atol=1e-5)
 
 
-# Every architecture from safetensors; the torch-pickle path for three.
-@pytest.mark.parametrize("arch,fmt", [(a, "safetensors") for a in hf_oracle.ARCHS]
-                         + [(a, "bin") for a in ("roberta", "deberta", "deberta-v3")])
-def test_parity_random_hf_models(arch, fmt, tmp_path):
-  hf_oracle.save_random(arch, tmp_path, safe=(fmt == "safetensors"))
+# Every architecture from safetensors, the torch-pickle path for three.
+@pytest.mark.parametrize("arch,fmt", [
+    hf_oracle.by_path(a, "safetensors") for a in hf_oracle.ARCHS] + [
+        pytest.param(a, "bin", marks=pytest.mark.integration)
+        for a in ("roberta", "deberta", "deberta-v3")])
+def test_parity_random_hf_models(arch, fmt, tmp_path, random_hf):
+  if fmt == "safetensors":  # The session's copy, which other family tests share.
+    tmp_path, model = random_hf(arch)
+  else:
+    hf_oracle.save_random(arch, tmp_path, safe=False)
+    model = pj.load_pretrained(str(tmp_path))
   files = {p.name for p in tmp_path.iterdir()}
   assert ("model.safetensors" in files) == (fmt == "safetensors")
-  model = pj.load_pretrained(str(tmp_path))
-  pad = model.config.pad_token_id
-  ids, mask = hf_oracle.padded_batch(model.config.vocab_size, [40, 7, 1, 25], 40, pad)
+  ids, mask = hf_oracle.family_batch(model.config)
   tt = None
   if model.config.type_vocab_size > 1:
     tt = (np.arange(40)[None] >= 12).astype(np.int64) * mask
@@ -118,6 +124,7 @@ def _compare_f64_unpadded(model, hf64, ids, mask):
       np.testing.assert_allclose(a[b, :, :n, :n], r[0], atol=1e-7, rtol=0)
 
 
+@pytest.mark.unit
 def test_parity_deberta_v2_log_buckets_match_torch():
   from transformers.models.deberta_v2 import modeling_deberta_v2 as hf_v2
   from papa_jax.models import deberta
@@ -126,3 +133,18 @@ def test_parity_deberta_v2_log_buckets_match_torch():
     ours = deberta.log_bucket_position(rel, buckets, max_pos)
     ref = hf_v2.make_log_bucket_position(torch.tensor(rel), buckets, max_pos).numpy()
     np.testing.assert_array_equal(ours, ref)
+
+
+@pytest.mark.unit
+def test_family_representatives_follow_their_rule():
+  """The families that tests of by-construction invariants run on are the first of each code
+  path and of each layer layout: a family with a new path joins them or this fails."""
+  paths = {arch: hf_oracle.code_path(arch) for arch in hf_oracle.ARCHS}
+
+  def first_of_each(key):
+    seen = {}
+    for arch in hf_oracle.ARCHS:
+      seen.setdefault(key(paths[arch]), arch)
+    return tuple(seen.values())
+  assert hf_oracle.ONE_PER_PATH == first_of_each(lambda path: path)
+  assert hf_oracle.LAYOUTS == first_of_each(lambda path: path[-1])  # The norm placement.

@@ -6,6 +6,8 @@ from papa_jax import data
 from papa_jax.data import conll
 from tests.data.conftest import custom_config, variants, write
 
+pytestmark = pytest.mark.unit
+
 CONLL = ("-DOCSTART- -X- -X- O\n"
          "\n"
          "EU NNP B-NP B-ORG\n"

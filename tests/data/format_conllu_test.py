@@ -5,6 +5,8 @@ import pytest
 from papa_jax.data import conll
 from tests.data.conftest import write
 
+pytestmark = pytest.mark.unit
+
 # Sentence 1: the spec's multiword token example (Spanish "vámonos al mar").
 # Sentence 2: the spec's empty-node example ("Sue likes coffee and Bill tea").
 # Sentence 3: a FORM with a space (as in Vietnamese treebanks), an empty node before

@@ -6,6 +6,8 @@ from papa_jax import data
 from papa_jax.data import tables
 from tests.data.conftest import custom_config, variants, write
 
+pytestmark = pytest.mark.unit
+
 CSV = 'id,text,label\n1,"Hello, world",pos\n2,"She said ""hi""",neg\n3,plain text,pos\n'
 WANT = [("Hello, world", "pos"), ('She said "hi"', "neg"), ("plain text", "pos")]
 

@@ -5,6 +5,8 @@ import pytest
 from papa_jax import data
 from tests.data.conftest import custom_config, variants, write
 
+pytestmark = pytest.mark.unit
+
 JSONL = ('{"q": "Is it?", "a": "Yes, \\"really\\".", "y": 1}\n'
          '\n'
          '{"a": "No.", "q": "Was it \\u00e9t\\u00e9?", "y": 0, "extra": [1, 2]}\n'

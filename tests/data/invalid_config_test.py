@@ -6,6 +6,8 @@ from configs import base
 from papa_jax import data
 from tests.data.conftest import custom_config, write
 
+pytestmark = pytest.mark.unit
+
 CSV = dict(format="csv", train="t.csv", validation="t.csv", text_fields=("text",),
            label_field="label")
 

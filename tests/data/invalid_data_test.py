@@ -9,6 +9,8 @@ from papa_jax import data
 from papa_jax.data import conll, readers, textio
 from tests.data.conftest import custom_config, write
 
+pytestmark = pytest.mark.unit
+
 
 def _csv(tmp_path, train, dev="text,label\nok,a\n", **custom):
   write(tmp_path, "train.csv", train)

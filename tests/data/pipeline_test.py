@@ -2,8 +2,12 @@
 
 import numpy as np
 
+import pytest
+
 from papa_jax.data import pipeline
 from papa_jax.data.preprocess import IGNORE, Encoded
+
+pytestmark = pytest.mark.unit
 
 
 def _data(n, L=5, tagging=False):

@@ -12,6 +12,7 @@ def layout(ids, types, L, faithful=True, sep=SEP, pad=PAD):
   return preprocess.papa_sentence_layout(ids, types, sep, pad, L, faithful)
 
 
+@pytest.mark.unit
 def test_layout_spec_worked_example_pair():
   # [CLS] a b [SEP] c d [SEP] (then PAD) -> [CLS] a b PAD [SEP] c d [SEP].
   ids, mask, tt, dropped = layout([CLS, 1, 2, SEP, 3, 4, SEP], [0, 0, 0, 0, 1, 1, 1], 8)
@@ -23,6 +24,7 @@ def test_layout_spec_worked_example_pair():
   np.testing.assert_array_equal(tt, [0, 0, 0, 0, 0, 1, 1, 1])  # Corrected.
 
 
+@pytest.mark.unit
 def test_layout_single_sentence_second_half_is_padding():
   ids, mask, _, dropped = layout([CLS, 1, 2, SEP], [0] * 4, 8)
   np.testing.assert_array_equal(ids, [CLS, 1, 2, PAD, PAD, PAD, PAD, SEP])
@@ -30,18 +32,21 @@ def test_layout_single_sentence_second_half_is_padding():
   assert not dropped
 
 
+@pytest.mark.unit
 def test_layout_long_first_segment_keeps_half_minus_one_pieces():
   ids, mask, _, dropped = layout([CLS, 1, 2, 3, 4, 5, 6, SEP], [0] * 8, 8)
   np.testing.assert_array_equal(ids, [CLS, 1, 2, 3, PAD, PAD, PAD, SEP])
   assert dropped and mask.sum() == 5
 
 
+@pytest.mark.unit
 def test_layout_long_second_segment_keeps_half_minus_two_pieces():
   ids, _, _, dropped = layout([CLS, 1, SEP, 3, 4, 5, 6, SEP], [0, 0, 0, 1, 1, 1, 1, 1], 8)
   np.testing.assert_array_equal(ids, [CLS, 1, PAD, PAD, SEP, 3, 4, SEP])
   assert dropped
 
 
+@pytest.mark.unit
 def test_layout_roberta_double_separator():
   bos, eos, pad = 0, 2, 1  # <s> a </s></s> b </s>
   ids, mask, _, _ = layout([bos, 5, eos, eos, 6, eos], [0] * 6, 8, sep=eos, pad=pad)
@@ -49,6 +54,7 @@ def test_layout_roberta_double_separator():
   np.testing.assert_array_equal(mask, [1, 1, 0, 0, 1, 1, 1, 1])
 
 
+@pytest.mark.integration
 def test_encode_sst2_real_tokenizer_invariants(minilm_tokenizer):
   task = tasks.get_task("sst2")
   recs = [dict(idx=i, text_a=t, text_b="", label=i % 2) for i, t in enumerate(
@@ -65,6 +71,7 @@ def test_encode_sst2_real_tokenizer_invariants(minilm_tokenizer):
   np.testing.assert_array_equal(plain.input_ids, want["input_ids"])
 
 
+@pytest.mark.integration
 def test_encode_ner_labels_on_first_subtokens(minilm_tokenizer):
   task = tasks.get_task("ner")
   recs = [dict(idx=0, tokens=["Heidelberg", "rejects", "unbelievably"], tags=[5, 0, 0])]
@@ -80,12 +87,14 @@ def test_encode_ner_labels_on_first_subtokens(minilm_tokenizer):
   assert enc.input_ids[0, 11] == SEP and enc.attention_mask[0, 11] == 1
 
 
+@pytest.mark.integration
 def test_invalid_tokens_and_tags_disagree(minilm_tokenizer):
   with pytest.raises(ValueError, match="2 tokens but 1 tags"):
     preprocess.encode(tasks.get_task("ner"), [dict(idx=3, tokens=["a", "b"], tags=[0])],
                       minilm_tokenizer, 12)
 
 
+@pytest.mark.integration
 def test_encode_tags_words_without_a_word_piece_are_counted_apart_from_truncation(
     minilm_tokenizer):
   """A soft hyphen or zero-width space has no word piece: its tag cannot be scored, which
@@ -102,6 +111,7 @@ def test_encode_tags_words_without_a_word_piece_are_counted_apart_from_truncatio
   assert whole.take(np.array([0])).unpieced == 2
 
 
+@pytest.mark.integration
 def test_encode_sentences_counts_texts_without_a_word_piece(minilm_tokenizer):
   task = tasks.get_task("mrpc")
   recs = [dict(idx=0, text_a="fine", text_b="\u200b\u00ad", label=0),

@@ -14,6 +14,8 @@ import pytest
 from papa_jax.data import readers, tasks
 from tests.conftest import require_shared
 
+pytestmark = pytest.mark.unit
+
 
 def digest(records: list[dict]) -> str:
   text = json.dumps(records, sort_keys=True, ensure_ascii=False)

@@ -8,6 +8,8 @@ from papa_jax import data, metrics
 from papa_jax.data import readers, tasks
 from tests.conftest import require_shared
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.mark.parametrize("task,subdir,split,rows,extra", [
     ("sst2", "sst2", "train", 67349, {0: 29780, 1: 37569}),

@@ -9,6 +9,8 @@ from configs import base
 from papa_jax import data
 from papa_jax.data import sources, tasks
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.mark.parametrize("name,split", [("sst2", "train"), ("mrpc", "validation"),
                                         ("mnli", "validation"), ("ner", "train")])

@@ -12,6 +12,7 @@ from tests.conftest import require_shared
 from tests.data.conftest import custom_config, write
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("labels,want", [
     (["10", "2", "-1", "2", "0"], ("-1", "0", "2", "10")),  # All integers: numeric order.
     (["10", "2", "b", "A"], ("10", "2", "A", "b")),  # Else code-point order of the strings.
@@ -22,6 +23,7 @@ def test_task_custom_label_order_rule(labels, want):
   assert readers.label_order(labels) == want
 
 
+@pytest.mark.unit
 def test_task_custom_collected_labels_are_exposed_and_used(tmp_path):
   write(tmp_path, "train.csv", "text,stars\na,5\nb,10\nc,1\nd,5\n")
   write(tmp_path, "dev.csv", "text,stars\ne,10\nf,1\n")
@@ -39,6 +41,7 @@ def test_task_custom_collected_labels_are_exposed_and_used(tmp_path):
   assert data.resolve_task(cfg).label_names == ("10", "5", "1")
 
 
+@pytest.mark.unit
 def test_task_custom_paths_relative_absolute_and_optional_test(tmp_path, monkeypatch):
   write(tmp_path / "d", "train.tsv", "s\tl\na\tx\nb\ty\n")
   dev = write(tmp_path / "elsewhere", "dev.tsv", "s\tl\nc\tx\n")
@@ -54,6 +57,7 @@ def test_task_custom_paths_relative_absolute_and_optional_test(tmp_path, monkeyp
   assert data.data_dir(cfg) == os.getcwd()
 
 
+@pytest.mark.unit
 def test_task_custom_scores_through_metrics(tmp_path):
   write(tmp_path, "t.jsonl",
         "".join(f'{{"t": "x{i}", "y": "{c}"}}\n' for i, c in enumerate("abcab")))
@@ -77,6 +81,7 @@ def test_task_custom_scores_through_metrics(tmp_path):
   assert scores["f1"] == pytest.approx(0.5) and scores["accuracy"] == pytest.approx(0.75)
 
 
+@pytest.mark.integration
 def test_task_custom_mrpc_equals_builtin_mrpc(minilm_tokenizer):
   d = require_shared("data", "mrpc")
   builtin = base.get_config().data
@@ -96,6 +101,7 @@ def test_task_custom_mrpc_equals_builtin_mrpc(minilm_tokenizer):
     assert a.input_ids[:, 64].tolist() == [minilm_tokenizer.sep_token_id] * n  # PAPA layout.
 
 
+@pytest.mark.unit
 def test_task_custom_base_config_defaults_are_inert():
   c = base.get_config().data
   assert data.check_config(c) == data.get_task("sst2")

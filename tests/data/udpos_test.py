@@ -19,6 +19,7 @@ def _treebank(tmp_path, files=("train", "dev")):
   return c
 
 
+@pytest.mark.unit
 def test_udpos_reads_a_treebank_directory(tmp_path):
   cfg = _treebank(tmp_path)
   task = data.resolve_task(cfg)
@@ -30,6 +31,7 @@ def test_udpos_reads_a_treebank_directory(tmp_path):
   assert [[task.label_names[t] for t in r["tags"]] for r in recs] == UPOS
 
 
+@pytest.mark.integration
 def test_udpos_encodes_first_word_pieces_and_scores_token_accuracy(tmp_path, minilm_tokenizer):
   cfg = _treebank(tmp_path)
   task = data.resolve_task(cfg)
@@ -47,6 +49,7 @@ def test_udpos_encodes_first_word_pieces_and_scores_token_accuracy(tmp_path, min
   assert (short.labels != data.IGNORE).sum(1).tolist() == [3, 4, 2]
 
 
+@pytest.mark.unit
 def test_udpos_missing_or_ambiguous_files_list_the_directory(tmp_path):
   cfg = _treebank(tmp_path, files=("train", "test"))
   with pytest.raises(data.DataError, match=r"no file matches '\*-ud-dev.conllu' for the "
@@ -62,6 +65,7 @@ def test_udpos_missing_or_ambiguous_files_list_the_directory(tmp_path):
     data.check_files(cfg, ("train",))
 
 
+@pytest.mark.unit
 def test_udpos_tag_outside_the_universal_set(tmp_path):
   cfg = _treebank(tmp_path)
   bad = CONLLU.replace("\tNOUN\t_\tNumber=Sing", "\tNOUNX\t_\tNumber=Sing")

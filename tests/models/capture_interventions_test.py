@@ -13,11 +13,6 @@ import papa_jax as pj
 from papa_jax import convert
 from tests import hf_oracle, testing
 
-# Shared fixtures; "mpnet" and "albert-groups" have none: a tiny random one is saved per test
-# (needs torch).
-FAMILIES = ("bert/BertModel", "roberta/RobertaModel", "electra/ElectraModel",
-            "distilbert/DistilBertModel", "deberta/DebertaModel", "deberta-v2/DebertaV2Model",
-            "mpnet", "albert-groups", "modernbert", "nomic_bert")
 SENTS = ["the movie was a gorgeous , witty , seductive thing .", "dull",
          "a film that proves its point a little too well"]
 
@@ -37,15 +32,13 @@ def _f64(tree):
   return jax.tree.map(lambda x: np.asarray(x, np.float64), tree)
 
 
-@pytest.mark.parametrize("family", FAMILIES)
-def test_capture_every_piece_satisfies_its_identity(family, tmp_path):
-  """Each captured piece recombines into the next one, with the layer's own parameters,
-  on every family (DeBERTa included); capturing changes no number."""
-  if "/" in family:
-    model = convert.load_pretrained(str(testing.require_shared("fixtures", "tiny-random",
-                                                               *family.split("/"))))
-  else:
-    model = hf_oracle.converted_random(family, tmp_path)
+@pytest.mark.unit
+@pytest.mark.parametrize("family", hf_oracle.LAYOUTS)
+def test_capture_every_piece_satisfies_its_identity(family, random_hf):
+  """Each captured piece recombines into the next one, with the layer's own parameters;
+  capturing changes no number. The capture code branches only on the layer layout, so one
+  post-LN and one pre-LN family (`hf_oracle.LAYOUTS`) cover it."""
+  model = random_hf(family)[1]
   c = model.config
   rng = np.random.default_rng(0)
   ids = rng.integers(5, c.vocab_size, (2, 12))
@@ -93,6 +86,7 @@ def _tail(u, p, eps):
   return _ln(h + f, p["output_norm"], eps)
 
 
+@pytest.mark.integration
 def test_intervention_value_zeroing_equals_the_exact_tail_form(minilm, batch):
   """Zeroing token j's values in layer l changes query i's residual by exactly -z_ij
   (Mohebbi et al.'s value zeroing; shared/spec/context_mixing.md §7.2): an oracle from the
@@ -119,6 +113,7 @@ def test_intervention_value_zeroing_equals_the_exact_tail_form(minilm, batch):
                                   np.asarray(ref.hidden_states[k]))
 
 
+@pytest.mark.integration
 def test_intervention_head_mask_zero_equals_a_numpy_layer_without_that_head(minilm, batch):
   ids, mask = batch
   c = minilm.config
@@ -145,6 +140,7 @@ def test_intervention_head_mask_zero_equals_a_numpy_layer_without_that_head(mini
     np.testing.assert_allclose(np.asarray(got)[1:], np.asarray(b)[1:], atol=1e-5)
 
 
+@pytest.mark.integration
 def test_intervention_new_heads_or_tokens_do_not_recompile(minilm, batch):
   """Which head is ablated and which token zeroed are traced data: one program each."""
   ids, mask = batch
@@ -166,6 +162,7 @@ def test_intervention_new_heads_or_tokens_do_not_recompile(minilm, batch):
         pj.HeadAblation([0, 0, 0], [1, 1, 1], kind="effective")))
 
 
+@pytest.mark.unit
 def test_invalid_interventions_are_named():
   ov = pj.AttentionOverride.intervene(pj.HeadAblation([0, 1], [2, 3]))
   with pytest.raises(ValueError, match=r"HeadAblation.layers has shape \(2,\); expected "

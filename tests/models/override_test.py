@@ -25,6 +25,7 @@ def _all_static(cfg):
   return np.ones((cfg.num_layers, cfg.num_heads), bool)
 
 
+@pytest.mark.integration
 def test_override_own_attention_reproduces_outputs(minilm, batch):
   """Constants equal to one example's own attention leave its outputs unchanged."""
   ids, mask = batch
@@ -38,6 +39,7 @@ def test_override_own_attention_reproduces_outputs(minilm, batch):
       np.testing.assert_allclose(np.asarray(a)[0, m], np.asarray(b)[0, m], atol=2e-5)
 
 
+@pytest.mark.integration
 def test_override_no_static_heads_is_bitwise_stock(minilm, batch):
   ids, mask = batch
   ref = minilm.apply(ids, mask)
@@ -48,6 +50,7 @@ def test_override_no_static_heads_is_bitwise_stock(minilm, batch):
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
+@pytest.mark.integration
 def test_override_fast_path_equals_explicit_for_mixed_heads(minilm, batch):
   ids, mask = batch
   cfg = minilm.config
@@ -74,6 +77,7 @@ def _np_constant_layer(x, mask, const, p, eps):
   return testing.np_bert_layer(x, probs, p, eps)
 
 
+@pytest.mark.integration
 def test_override_all_static_content_enters_only_through_values(minilm, batch):
   ids, mask = batch
   cfg = minilm.config
@@ -98,6 +102,7 @@ def _flops(fn, *args):
   return jax.jit(fn).lower(*args).compile().cost_analysis()["flops"]
 
 
+@pytest.mark.integration
 def test_override_all_static_skips_query_key_computation(minilm, batch):
   ids, mask = batch
   cfg = minilm.config
@@ -116,6 +121,7 @@ def test_override_all_static_skips_query_key_computation(minilm, batch):
   assert "exponential" in jax.jit(lambda p: run(p, None)).lower(minilm.params).as_text()
 
 
+@pytest.mark.integration
 def test_override_gate_limits(minilm, batch):
   """Gate +inf is the stock model; gate -inf is all heads constant."""
   ids, mask = batch
@@ -132,6 +138,7 @@ def test_override_gate_limits(minilm, batch):
     np.testing.assert_allclose(np.asarray(got)[m], np.asarray(want)[m], atol=1e-5)
 
 
+@pytest.mark.integration
 def test_override_transform_receives_layer_and_values(minilm, batch):
   ids, mask = batch
   seen = []
@@ -155,46 +162,38 @@ def test_override_transform_receives_layer_and_values(minilm, batch):
 # Mixed static and dynamic heads, against oracles that share no override code.
 
 
-@pytest.fixture(scope="module")
-def hf_models(tmp_path_factory):
-  """Every random Hugging Face test architecture, saved once (needs torch to build)."""
-  pytest.importorskip("torch")
-  out = {}
-  for name in hf_oracle.ARCHS:
-    path = tmp_path_factory.mktemp(name.replace("-", "_"))
-    hf_oracle.save_random(name, path)
-    out[name] = pj.load_pretrained(str(path))
-  return out
-
-
-@pytest.mark.parametrize("arch", hf_oracle.ARCHS)
-def test_override_mixed_heads_with_own_attention_reproduce_every_family(hf_models, arch):
+@pytest.mark.unit
+@pytest.mark.parametrize("arch", hf_oracle.ONE_PER_PATH)
+def test_override_mixed_heads_with_own_attention_reproduce_every_family(random_hf, arch):
   """Constants = the model's own attention of one example, a random mixed head set:
-  fast and explicit paths must give the un-overridden hidden states (at real tokens)."""
-  model = hf_models[arch]
+  fast and explicit paths must give the un-overridden hidden states (at real tokens), on
+  one family per attention code path."""
+  model = random_hf(arch)[1]
   cfg = model.config
-  pad = cfg.pad_token_id
-  ids, mask = hf_oracle.padded_batch(cfg.vocab_size, [13], 20, pad, seed=3)
+  ids, mask = hf_oracle.family_batch(cfg, seed=3)
+  b = 3  # 25 real tokens of 40: the constants are this example's own attention.
   ref = model.apply(ids, mask, capture_attention=True)
-  constants = jnp.stack([a[0] for a in ref.attentions])
+  constants = jnp.stack([a[b] for a in ref.attentions])
   heads = np.random.default_rng(len(arch)).random((cfg.num_layers, cfg.num_heads)) < 0.5
   heads[0, 0], heads[0, -1] = True, False  # Both kinds in the first layer.
   ov = pj.AttentionOverride.constant(constants, heads)
-  m = mask[0].astype(bool)
+  m = mask[b].astype(bool)
   for capture in (False, True):
     out = model.apply(ids, mask, override=ov, capture_attention=capture)
-    for a, b in zip(out.hidden_states, ref.hidden_states):
-      np.testing.assert_allclose(np.asarray(a)[0, m], np.asarray(b)[0, m], atol=3e-5,
+    for x, y in zip(out.hidden_states, ref.hidden_states):
+      np.testing.assert_allclose(np.asarray(x)[b, m], np.asarray(y)[b, m], atol=3e-5,
                                  err_msg=f"{arch}, capture={capture}")
 
 
-@pytest.mark.parametrize("arch", hf_oracle.ARCHS)
-def test_effective_attention_keeps_outputs_on_every_family(hf_models, arch):
+@pytest.mark.unit
+@pytest.mark.parametrize("arch", hf_oracle.ONE_PER_PATH)
+def test_effective_attention_keeps_outputs_on_every_family(random_hf, arch):
   """Every head replaced by its effective attention: outputs unchanged at real tokens,
-  while a part of the long example's attention lies in the values' null space."""
-  model = hf_models[arch]
+  while a part of the long example's attention lies in the values' null space (one family
+  per attention code path)."""
+  model = random_hf(arch)[1]
   cfg = model.config
-  ids, mask = hf_oracle.padded_batch(cfg.vocab_size, [36, 9], 36, cfg.pad_token_id, seed=6)
+  ids, mask = hf_oracle.family_batch(cfg, seed=6)
   assert mask[0].sum() > cfg.dim_per_head >= mask[1].sum()
   ref = model.apply(ids, mask, capture_attention=True, capture_values=True)
   out = model.apply(ids, mask, override=pj.AttentionOverride.intervene(pj.EffectiveAttention()))
@@ -206,6 +205,7 @@ def test_effective_attention_keeps_outputs_on_every_family(hf_models, arch):
   assert np.abs(null[0]).max() > 1e-3 and np.abs(null[1]).max() < 1e-5
 
 
+@pytest.mark.integration
 def test_override_mixed_heads_equal_a_numpy_layer(minilm, batch):
   """One BERT layer with a mixed static/dynamic head set, in float64 numpy."""
   ids, mask = batch
@@ -232,6 +232,7 @@ def test_override_mixed_heads_equal_a_numpy_layer(minilm, batch):
     np.testing.assert_allclose(np.asarray(out.hidden_states[1])[real], want[real], atol=3e-5)
 
 
+@pytest.mark.integration
 def test_override_new_constants_or_gates_do_not_recompile(minilm, batch):
   """The README's promise: constant matrices and gate values are traced data."""
   import chex
@@ -256,6 +257,7 @@ def test_override_new_constants_or_gates_do_not_recompile(minilm, batch):
     run(minilm.params, pj.AttentionOverride.constant(jnp.asarray(rng.random(shape)), ~heads))
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("static", [False, True])
 def test_override_fused_attention_equals_the_explicit_path(minilm, batch, monkeypatch, static):
   """jax.nn.dot_product_attention (the accelerator path) = explicit softmax, same masking."""

@@ -14,6 +14,8 @@ import pytest
 import papa_jax as pj
 from papa_jax.data import preprocess, readers, tasks
 
+pytestmark = pytest.mark.integration
+
 
 @pytest.fixture(scope="module")
 def pair(minilm, minilm_tokenizer, sst2_dir):

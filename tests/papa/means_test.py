@@ -9,6 +9,8 @@ from papa_jax.data import preprocess, readers, tasks
 from papa_jax.papa import means as means_lib
 from tests.testing import sigterm_during_batch
 
+pytestmark = pytest.mark.integration
+
 L = 32
 
 

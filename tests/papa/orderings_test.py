@@ -45,6 +45,7 @@ def sst2_padded(minilm_tokenizer, sst2_dir):
   return sst2_dev_sample(minilm_tokenizer, sst2_dir, longest=3, first=13, max_length=32)
 
 
+@pytest.mark.integration
 def test_orderings_input_dependence_equals_two_pass_numpy(minilm, sst2_padded):
   state, A = _means_and_attention(minilm, sst2_padded)
   m = means_lib.Means(state.averages(), state.sums, state.counts, {}, state.extras)
@@ -59,6 +60,7 @@ def test_orderings_input_dependence_equals_two_pass_numpy(minilm, sst2_padded):
     assert ranking[0] == list(np.unravel_index(first(got[k]), got[k].shape))
 
 
+@pytest.mark.unit
 def test_orderings_input_dependence_on_deberta_with_padding():
   """DeBERTa's pad query rows are uniform over all positions: the scores never read them."""
   model = convert.load_pretrained(str(require_shared("fixtures", "tiny-random", "deberta-v2",
@@ -81,6 +83,7 @@ def test_orderings_input_dependence_on_deberta_with_padding():
     np.testing.assert_allclose(got[k], want[k], rtol=2e-4, atol=1e-7, err_msg=k)
 
 
+@pytest.mark.unit
 def test_orderings_random_draws_are_reproducible_permutations():
   a = orderings.random_ranking(6, 12, draw=0, seed=0)
   assert a == orderings.random_ranking(6, 12, draw=0, seed=0)
@@ -94,6 +97,7 @@ def test_orderings_random_draws_are_reproducible_permutations():
   assert orderings.names(c) == ("lambda", "random_0", "random_1", "random_2", "entropy")
 
 
+@pytest.mark.integration
 def test_constants_row_mean_and_uniform_equal_numpy_on_padded_batches(minilm, sst2_padded):
   state, A = _means_and_attention(minilm, sst2_padded)
   m = sst2_padded.attention_mask.astype(np.float64)
@@ -135,6 +139,7 @@ def _scipy_compressed(avgs: np.ndarray, counts: np.ndarray) -> np.ndarray:
   return p / p.sum(-1, keepdims=True)
 
 
+@pytest.mark.integration
 def test_constants_compressed_mean_equals_its_scipy_fit_and_masks_like_every_constant(
     minilm, sst2_padded):
   state, _ = _means_and_attention(minilm, sst2_padded)
@@ -160,6 +165,7 @@ def test_constants_compressed_mean_equals_its_scipy_fit_and_masks_like_every_con
                                atol=1e-6)
 
 
+@pytest.mark.integration
 def test_orderings_gradient_importance_equals_finite_differences(minilm, sst2_padded):
   """|dL_b/dxi_bh| through HeadMask, against central differences of the loss (float64-free,
   so a loose tolerance), and the per-head mean over examples."""

@@ -8,6 +8,8 @@ import pytest
 from papa_jax.layout import Layout
 from papa_jax.papa import schedule
 
+pytestmark = pytest.mark.unit
+
 
 def test_schedule_counts_for_base_large_and_minilm():
   assert schedule.static_head_counts(144, schedule.PAPER_FRACTIONS) == [0, 72, 126, 135, 144]
