@@ -26,6 +26,8 @@ import urllib.request
 import pytest
 
 from papa_jax import lease, storage, workdir
+from tests.launcher import PROBE_BATCH
+from tests.launcher import STEPS_PER_EPOCH as STEPS
 from tests.launcher import (
   free_port,
   launcher_env,
@@ -40,9 +42,10 @@ pytestmark = pytest.mark.slow  # An emulator server; whole runs in subprocesses.
 
 BUCKET = "bucket"
 # Sorting and two probes (all heads input-dependent, half constant), each saving an
-# orbax checkpoint per epoch: 30 steps of 16 examples.
+# orbax checkpoint per epoch (of STEPS steps).
+SORT_EXAMPLES = 160
 EXTRA = ("--config.papa.fractions=(0.0,0.5)", "--config.sort.epochs=2",
-         "--config.sort.max_train_examples=160")
+         f"--config.sort.max_train_examples={SORT_EXAMPLES}")
 
 
 @pytest.fixture(scope="module")
@@ -136,21 +139,21 @@ def test_objects_another_process_wrote_after_a_listing_are_seen_whole(emulator, 
       pass
 
 
-def test_pipeline_on_gcs_resumes_after_sigkill_like_a_local_run(tmp_path, emulator, minilm):
-  del minilm
+def test_pipeline_on_gcs_resumes_after_sigkill_like_a_local_run(tmp_path, emulator):
   local = tmp_path / "local"
   run(quickstart_args(str(local), str(tmp_path / "tfds"), EXTRA))
   env = _env(emulator)
   args = quickstart_args(f"gs://{BUCKET}/wd", str(tmp_path / "tfds"), EXTRA)
-  step60 = "wd/probe/raw_k0_s42/checkpoints/60/commit_success.txt"
+  epoch2 = f"wd/probe/raw_k0_s42/checkpoints/{2 * STEPS}/commit_success.txt"
 
   # 1. Killed in the baseline probe's third epoch, after its epoch-2 checkpoint committed.
-  status, _ = signal_when(args, lambda: step60 in _objects(emulator, "wd/probe/"), env=env)
+  status, _ = signal_when(args, lambda: epoch2 in _objects(emulator, "wd/probe/"), env=env)
   assert status == -signal.SIGKILL
   names = _objects(emulator, "wd/")
-  # The sorting run finished on gs:// (2 epochs of 10 steps, an orbax step each) and ranked
-  # the heads as the local run did.
-  assert "wd/sort/checkpoints/20/commit_success.txt" in names
+  # The sorting run finished on gs:// (2 epochs, an orbax step each) and ranked the heads as
+  # the local run did.
+  sort_steps = 2 * SORT_EXAMPLES // PROBE_BATCH
+  assert f"wd/sort/checkpoints/{sort_steps}/commit_success.txt" in names
   assert json.loads(_read(emulator, "wd/sort/sorted_heads.json")) == json.loads(
       (local / "sort" / "sorted_heads.json").read_text())
   assert "wd/results.json" not in names and "wd/.lock" in names  # Died holding its lease.
@@ -161,13 +164,13 @@ def test_pipeline_on_gcs_resumes_after_sigkill_like_a_local_run(tmp_path, emulat
   assert out.returncode == 1, out.stderr[-3000:]
   assert f"in use by another run (host {held['host']}, pid {held['pid']}" in out.stderr
 
-  # 3. A kill while orbax wrote step 60: on GCS a step counts once its commit_success.txt
-  # is there (no rename), so without it the step is not resumed from.
-  _delete(emulator, step60)
+  # 3. A kill while orbax wrote epoch 2's step: on GCS a step counts once its
+  # commit_success.txt is there (no rename), so without it the step is not resumed from.
+  _delete(emulator, epoch2)
   time.sleep(2)
   out = run([*args, "--config.run.lease_stale_seconds=1"], env=env)
   assert "Taking over the stale lease" in out.stderr
-  assert "resumed after epoch 1" in out.stderr  # Step 30, not the uncommitted step 60.
+  assert "resumed after epoch 1" in out.stderr  # Not after the uncommitted epoch 2.
 
   # 4. Same scores as the local run; the lease is gone.
   got = json.loads(_read(emulator, "wd/results.json"))

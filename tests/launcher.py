@@ -9,23 +9,38 @@ import sys
 import tempfile
 import time
 
-from tests.testing import require_shared
+from tests.testing import require_model, require_shared
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MAIN = os.path.join(ROOT, "launch", "main.py")
 
 
-def quickstart_args(workdir, tfds_dir, extra=()):
+# Pipeline runs use the smallest real checkpoint (SPLADE-tiny: BERT, 2 layers of 2 heads;
+# fetched by .ci/run) unless a test needs what only a larger model shows. Its probes train in
+# batches of 4, so an epoch is long enough (in steps) for a signal sent when a file appears to
+# land within it.
+SMALL_MODEL = "splade_tiny"
+TRAIN_EXAMPLES, PROBE_BATCH = 480, 4
+STEPS_PER_EPOCH = TRAIN_EXAMPLES // PROBE_BATCH
+
+
+def model_flag(key: str = SMALL_MODEL) -> str:
+  """The launcher flag for fetchable model `key` (the test skips when it is not installed)."""
+  require_model(key)
+  return f"--config.model.name={key}"
+
+
+def quickstart_args(workdir, tfds_dir, extra=(), model=SMALL_MODEL):
   """A quickstart-sized run small enough for CI, slow enough to kill mid-stage."""
   return [sys.executable, MAIN, "--config=" + os.path.join(ROOT, "configs", "quickstart.py"),
-          f"--workdir={workdir}",
+          f"--workdir={workdir}", model_flag(model),
           f"--config.data.data_dir={require_shared('data', 'sst2')}",
-          "--config.data.max_length=32", "--config.data.max_train_examples=480",
+          "--config.data.max_length=32", f"--config.data.max_train_examples={TRAIN_EXAMPLES}",
           "--config.data.max_eval_examples=64", "--config.run.batch_size=16",
           "--config.run.checkpoint_every_batches=3", "--config.papa.fractions=(0.0,1.0)",
           "--config.probe.cache_features=False", "--config.probe.encoder_dropout=True",
           "--config.probe.feature_dtype=float32", "--config.probe.epochs=3",
-          "--config.run.log_every_steps=10", *extra]
+          f"--config.probe.batch_size={PROBE_BATCH}", "--config.run.log_every_steps=10", *extra]
 
 
 def launcher_env(devices=1):
