@@ -1,4 +1,4 @@
-"""Test set-up: eight CPU devices for sharding tests, shared data, models."""
+"""Test set-up: eight CPU devices for sharding tests, a compile cache, shared data, models."""
 
 import os
 
@@ -6,6 +6,16 @@ import os
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# JAX's persistent compile cache, for this process and the launcher runs it starts: a program
+# compiled once (same HLO, flags and versions) is loaded thereafter, in this run and the next.
+# PAPA_TEST_JAX_CACHE names the folder (.ci/run gives each run an empty one), "off" disables.
+JAX_CACHE = os.environ.setdefault(
+    "PAPA_TEST_JAX_CACHE", os.path.join(os.path.expanduser("~"), ".cache", "papa_jax", "jax-tests"))
+if JAX_CACHE != "off":
+  os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", JAX_CACHE)
+  os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+  os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
+  os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(2 << 30))  # Bytes, oldest out.
 
 import hypothesis  # noqa: E402
 import pytest  # noqa: E402
