@@ -21,17 +21,17 @@ def burn(seconds):
 
 @pytest.fixture
 def session(pytester):
-  """Runs a pytest session in this process with the tier plugin at a 0.3 s call bound and the
-  given tier budget (in CPU-seconds from the session's start)."""
+  """Runs a pytest session in this process with the tier plugin at a 0.3 s call bound, the
+  given tier budget (in CPU-seconds from the session's start) and machine slowdown."""
   pytester.makeini("[pytest]\nmarkers =\n  unit: u\n  integration: i\n  slow: s\n")
   pytester.makepyfile(burn=BURN)
 
-  def run(files: dict, *args, budget: float = 60.0):
+  def run(files: dict, *args, budget: float = 60.0, slowdown: float = 1.0):
     pytester.makeconftest(
         "from tests import tiers\n"
         "def pytest_configure(config):\n"
-        f"  config.pluginmanager.register(tiers.TierPlugin(0.3, {budget}, tiers.cpu_seconds()),"
-        " 'papa_tiers')\n"
+        "  config.pluginmanager.register(tiers.TierPlugin(\n"
+        f"      0.3, {budget}, tiers.cpu_seconds(), lambda: {slowdown}), 'papa_tiers')\n"
         "import pytest\n"
         "@pytest.fixture\n"
         "def minilm():\n"
@@ -61,8 +61,31 @@ def test_tiers_fail_a_unit_call_over_its_bound_naming_it(session):
                                "@pytest.mark.unit\ndef test_quick_unit():\n  pass\n"})
   result.assert_outcomes(passed=2, failed=1)
   result.stdout.fnmatch_lines(["*a_test.py::test_slow_unit: this unit test's call used 0.* "
-                               "CPU-seconds of its own, over the bound of 0.3*"])
+                               "CPU-seconds of its own, over the bound of 0.3 x 1.00*"])
   result.stdout.fnmatch_lines(["unit *2 tests *CPU-min*", "integration *1 tests *CPU-min*"])
+
+
+def test_tiers_scale_the_call_bound_by_the_machines_slowdown(session):
+  """On a machine three times slower than the reference a 0.6 s call is within 0.3 s x 3;
+  one of 1.2 s is not."""
+  result = session({"a_test": "import pytest\nfrom burn import burn\n\n"
+                               "@pytest.mark.unit\ndef test_within():\n  burn(0.6)\n\n"
+                               "@pytest.mark.unit\ndef test_over():\n  burn(1.2)\n"},
+                   slowdown=3.0)
+  result.assert_outcomes(passed=1, failed=1)
+  result.stdout.fnmatch_lines(["*a_test.py::test_over: this unit test's call used 1.* "
+                               "CPU-seconds of its own, over the bound of 0.3 x 3.00*"])
+
+
+def test_tiers_slowdown_is_measured_once_and_clamped(monkeypatch):
+  """The reference workload compiles (it is not free) and its ratio stays in [1, 4]."""
+  assert tiers.reference_workload() > 0.05
+  for took, want in ((0.1, 1.0), (tiers.REFERENCE_S * 2, 2.0), (100.0, tiers.MAX_SLOWDOWN)):
+    monkeypatch.setattr(tiers, "_slowdown", [])
+    monkeypatch.setattr(tiers, "reference_workload", lambda t=took: t)
+    assert tiers.slowdown() == pytest.approx(want)
+    monkeypatch.setattr(tiers, "reference_workload", lambda: 1 / 0)
+    assert tiers.slowdown() == pytest.approx(want)  # Measured once.
 
 
 def test_tiers_do_not_count_a_sleep_shared_work_or_fixtures_against_the_call(session):
