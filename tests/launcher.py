@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -101,3 +102,60 @@ def free_port() -> int:
     return s.getsockname()[1]
 
 
+def distributed_flags(port: int, pid: int, n: int = 2) -> list[str]:
+  """The launcher flags of process `pid` of `n` (gloo collectives, coordinator on localhost)."""
+  return ["--config.run.distributed.enabled=True",
+          f"--config.run.distributed.coordinator_address=localhost:{port}",
+          f"--config.run.distributed.num_processes={n}",
+          f"--config.run.distributed.process_id={pid}",
+          "--config.run.distributed.cpu_collectives=gloo"]
+
+
+def run_two_processes(make_args) -> str:
+  """Runs `make_args(pid, port)` as two JAX processes; returns process 1's log."""
+  port = free_port()
+  procs = [subprocess.Popen(make_args(pid, port), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=launcher_env(devices=1)) for pid in range(2)]
+  errs = []
+  for p in procs:
+    _, err = p.communicate(timeout=900)
+    assert p.returncode == 0, err[-4000:]
+    errs.append(err)
+  assert "Process 1 of 2" in errs[1]
+  return errs[1]
+
+
+def two_processes_signal_one(make_args, path, target=1, timeout=600):
+  """Runs `make_args(pid, port)` as two processes and sends SIGTERM to process `target`
+  alone once `path` exists; returns (exit statuses, logs)."""
+  port = free_port()
+  logs = [tempfile.TemporaryFile("w+") for _ in range(2)]
+  procs = [subprocess.Popen(make_args(pid, port), stdout=subprocess.DEVNULL, stderr=logs[pid],
+                            text=True, env=launcher_env(devices=1)) for pid in range(2)]
+  t0 = time.time()
+  while not os.path.exists(path):
+    assert all(p.poll() is None for p in procs), f"a process ended before {path} appeared"
+    assert time.time() - t0 < timeout, f"{path} never appeared"
+    time.sleep(0.05)
+  procs[target].send_signal(signal.SIGTERM)
+  rcs = []
+  for p in procs:
+    try:
+      rcs.append(p.wait(timeout=timeout))
+    except subprocess.TimeoutExpired:  # A process left waiting in a collective.
+      for q in procs:
+        q.kill()
+      rcs.append(None)
+  out = []
+  for f in logs:
+    f.seek(0)
+    out.append(f.read())
+    f.close()
+  return rcs, out
+
+
+def stopped_at(log: str) -> str:
+  """The Preempted message the launcher logged: '<loop>: stopped after batch N.' etc."""
+  found = re.findall(r"\] (.*stopped (?:after batch|before batch|at step) [^.(]*)", log)
+  assert found, log[-3000:]
+  return found[-1].strip()
