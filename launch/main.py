@@ -66,16 +66,17 @@ def _input_errors() -> tuple[type[Exception], ...]:
   # pylint: disable=import-outside-toplevel
   from papa_jax.checkpoint import CheckpointError
   from papa_jax.data.errors import DataError
-  from papa_jax.errors import ConfigError
+  from papa_jax.errors import ConfigError, ModelNotFound
   from papa_jax.features import CacheTooLarge
   from papa_jax.papa.means import MeansFileError
   from papa_jax.storage import WriteError
   from papa_jax.tokenization import TokenizerError
   return (ConfigError, DataError, CheckpointError, CacheTooLarge, MeansFileError, WriteError,
-          TokenizerError)
+          TokenizerError, ModelNotFound)
 
 
 _CPU_FLAGS: list[str] = []
+HELP_FLAGS = ("-h", "-?", "--help", "--helpshort", "--helpfull", "--helpxml")
 
 if __name__ == "__main__":
   _CPU_FLAGS = cpu_tuning.apply()  # Before JAX creates its CPU backend.
@@ -86,4 +87,9 @@ if __name__ == "__main__":
   import jax  # noqa: E402  pylint: disable=g-import-not-at-top
   jax.config.config_with_absl()
   logging.set_verbosity(logging.INFO)
-  app.run(main)
+  try:
+    app.run(main)
+  except SystemExit as e:  # absl ends --help (and --helpfull) with status 1: asked for, it is 0.
+    if e.code == 1 and any(a in HELP_FLAGS for a in sys.argv[1:]):
+      sys.exit(0)
+    raise

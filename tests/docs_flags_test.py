@@ -18,7 +18,8 @@ import pytest
 from absl import flags
 from ml_collections import config_flags
 
-from papa_jax import config_schema
+from papa_jax import config_schema, convert
+from papa_jax.errors import ModelNotFound
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOCS = ["README.md", *sorted(os.path.relpath(p, ROOT) for p in glob.glob(f"{ROOT}/docs/*.md"))]
@@ -182,3 +183,22 @@ def test_launcher_help_names_every_stage_and_command():
     doc = ast.get_docstring(ast.parse(f.read()))
   missing = [n for n in commands.names() if not re.search(rf"\b{n}\b", doc)]
   assert not missing, f"launch/main.py's docstring does not name the stages {missing}"
+
+
+OWN_DATA = [(w, a, t) for w, a, t in COMMANDS if "--config.data.task=custom" in a
+            or not os.path.exists(os.path.join(ROOT, a[0].partition("=")[2].partition(":")[0]))]
+
+
+@pytest.mark.unit
+def test_docs_own_data_examples_are_found():
+  assert {w.partition(":")[0] for w, _, _ in OWN_DATA} >= {"README.md", "docs/tasks.md"}
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("where,args,text", OWN_DATA, ids=[w for w, _, _ in OWN_DATA])
+def test_docs_own_data_example_model_resolves_offline(where, args, text, tmp_path,
+                                                      monkeypatch):
+  """The examples a user adapts first (own data, a config written in the document) name a
+  model that is there without a network (a hub id fails offline)."""
+  monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+  convert.resolve_model_dir(parse(args, text, tmp_path).model.name)

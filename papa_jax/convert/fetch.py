@@ -25,6 +25,7 @@ import sys
 import tempfile
 import zipfile
 
+from papa_jax.errors import ModelNotFound
 from papa_jax.input_files import sha256
 
 ENV = "PAPA_MODELS"
@@ -108,12 +109,12 @@ def models_root() -> str:
 
 
 def model_dir(key: str, root: str | None = None) -> str:
-  """The installed folder of ladder model `key`; FileNotFoundError saying how to fetch it."""
+  """The installed folder of ladder model `key`; ModelNotFound saying how to fetch it."""
   if key not in MODELS:
     raise KeyError(f"Unknown fetchable model {key!r}; known: {sorted(MODELS)}.")
   path = os.path.join(root or models_root(), key)
   if not os.path.isfile(os.path.join(path, SOURCE_FILE)):
-    raise FileNotFoundError(
+    raise ModelNotFound(
         f"Model {key!r} ({MODELS[key].description}) is not installed in {path}: run "
         f"`python -m papa_jax.convert.fetch {key}` (about {MODELS[key].size_mb} MB; set "
         f"${ENV} to install elsewhere).")

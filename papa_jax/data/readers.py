@@ -15,6 +15,7 @@ import os
 import re
 from typing import Iterable, Iterator
 
+from papa_jax import shared
 from papa_jax.data import conll, tables
 from papa_jax.data.errors import DataError
 from papa_jax.data.tasks import TASKS, Task
@@ -39,6 +40,16 @@ def _listing(directory: str) -> str:
   return str(sorted(os.listdir(directory)))
 
 
+def _shared_hint(where: str) -> str:
+  """How to point a built-in task's default folder (under `$PAPA_SHARED/data`) elsewhere."""
+  root = os.path.abspath(shared.data_dir())
+  if os.path.commonpath([os.path.abspath(where), root]) != root:
+    return ""
+  return (f" It is the task's default under ${shared.ENV} ({shared.shared_dir()}, "
+          f"{'set' if os.environ.get(shared.ENV) else 'unset'}): point {shared.ENV} at the "
+          "folder that holds data/, or set data.data_dir to the task's files.")
+
+
 def split_path(task: Task, data_dir: str, split: str) -> str:
   """The file of `split`: named, or the one match of a pattern; DataError if none."""
   if split not in task.files:
@@ -58,7 +69,7 @@ def split_path(task: Task, data_dir: str, split: str) -> str:
     raise DataError(f"Data dir {where!r} lacks {os.path.basename(path)!r} for the {split} "
                     f"split of task {task.name} (expected files "
                     f"{sorted(os.path.basename(f) for f in task.files.values())}; "
-                    f"found {_listing(where)}{field}).")
+                    f"found {_listing(where)}{field}).{_shared_hint(where)}")
   if os.path.getsize(path) == 0:
     raise DataError(f"{path} is empty.")
   return path

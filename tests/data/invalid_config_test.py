@@ -66,6 +66,21 @@ def test_invalid_config_missing_split_file_names_the_field(tmp_path):
     data.check_files(cfg, ("train", "validation"))
 
 
+def test_invalid_config_missing_default_data_names_papa_shared(tmp_path, monkeypatch):
+  """A built-in task's default folder is under $PAPA_SHARED/data: the error says how to point
+  it elsewhere; a folder the user set does not get that hint."""
+  monkeypatch.setenv("PAPA_SHARED", str(tmp_path / "nowhere"))
+  c = base.get_config().data
+  with pytest.raises(data.DataError, match=r"lacks 'train\.tsv'.* It is the task's default "
+                     r"under \$PAPA_SHARED \(.*nowhere, set\): point PAPA_SHARED at the folder "
+                     r"that holds data/, or set data\.data_dir to the task's files\."):
+    data.check_files(c, ("train",))
+  c.data_dir = str(tmp_path)
+  with pytest.raises(data.DataError) as e:
+    data.check_files(c, ("train",))
+  assert "PAPA_SHARED" not in str(e.value)
+
+
 def test_invalid_config_custom_block_without_task_custom(tmp_path):
   c = base.get_config().data
   c.custom.format = "csv"
