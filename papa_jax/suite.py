@@ -28,7 +28,7 @@ from absl import logging
 from papa_jax import reader, report, results, run, storage, uncertainty
 from papa_jax import workdir as workdir_lib
 from papa_jax import data as data_lib
-from papa_jax.convert import MODEL_KEYS
+from papa_jax.convert import MODEL_KEYS, short_name
 from papa_jax.errors import ConfigError
 from papa_jax.layout import Layout
 
@@ -113,13 +113,6 @@ def finished_cells(path: str) -> list[str]:
                 if storage.exists(Layout(os.path.join(path, d)).results()))
 
 
-def _display(model_name: str) -> str:
-  for key, name in MODEL_KEYS.items():
-    if name == model_name:
-      return key
-  return os.path.basename(model_name.rstrip("/")) or model_name
-
-
 def load_experiment(path: str, model: str | None = None) -> report.Experiment:
   """A finished workdir as a `report.Experiment` (predictions, scores, means, gates)."""
   wd = reader.read_workdir(path)
@@ -147,7 +140,7 @@ def load_experiment(path: str, model: str | None = None) -> report.Experiment:
       labels = saved["labels"] if labels is None else labels
   raw = wd.means.get("raw")
   return report.Experiment(
-      model=model or _display(cfg.model.name), task=task, total_heads=rows[0]["total_heads"],
+      model=model or short_name(cfg.model.name), task=task, total_heads=rows[0]["total_heads"],
       labels=labels, predictions=predictions, scores=scores,
       means=raw.avgs if raw is not None else None, gates=wd.lambdas, ranking=wd.ranking,
       train_examples=rows[0]["examples"], eval_examples=rows[0]["eval_examples"],

@@ -9,6 +9,13 @@ import numpy as np
 from papa_jax.plotting import pyplot, save_figure
 
 
+def _integer_ticks(*axes) -> None:
+  """Ticks at whole numbers only (layers and heads have no halves)."""
+  from matplotlib.ticker import MaxNLocator  # pylint: disable=import-outside-toplevel
+  for axis in axes:
+    axis.set_major_locator(MaxNLocator(integer=True))
+
+
 def _heatmap(fig, ax, values: np.ndarray, title: str, **imshow) -> None:
   """A layer x head heatmap with its colour bar."""
   im = ax.imshow(values, aspect="auto", **imshow)
@@ -16,6 +23,7 @@ def _heatmap(fig, ax, values: np.ndarray, title: str, **imshow) -> None:
   ax.set_xlabel("head", fontsize=7)
   ax.set_ylabel("layer", fontsize=7)
   ax.tick_params(labelsize=6)
+  _integer_ticks(ax.xaxis, ax.yaxis)
   fig.colorbar(im, ax=ax, fraction=0.046)
 
 
@@ -109,16 +117,23 @@ def rho_grid(rho: np.ndarray, rows: list[str], cols: list[str], path: str, title
   _save(fig, path, title)
 
 
+_MARKERS = ("o", "s", "^", "D", "v", "x")
+_DASHES = ("-", "--", ":", "-.")
+
+
 def layer_lines(panels: list[tuple[str, dict[str, list[float]]]], path: str, title: str) -> None:
   """One panel per group of per-layer series (e.g. each method's self-contribution)."""
   plt = pyplot()
   fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.4), dpi=120,
                            squeeze=False)
   for ax, (name, series) in zip(axes[0], panels):
-    for label, values in series.items():
-      ax.plot(range(len(values)), values, marker="o", ms=3, label=label)
+    for k, (label, values) in enumerate(series.items()):
+      # Its own marker and dash: a series equal to another stays visible beneath it.
+      ax.plot(range(len(values)), values, marker=_MARKERS[k % len(_MARKERS)],
+              ls=_DASHES[k % len(_DASHES)], ms=4 + 2 * (k % 2), mfc="none", label=label)
     ax.set_title(name, fontsize=8)
     ax.set_xlabel("layer", fontsize=7)
+    _integer_ticks(ax.xaxis)
     ax.set_ylim(0, 1)
     ax.tick_params(labelsize=6)
     ax.grid(alpha=0.3)

@@ -110,7 +110,7 @@ class Finetune(per_head.PerHeadAnalysis):
                 **{f"mean_{k}": float(np.mean(st[k])) for k in PER_HEAD})
 
   def figures(self, st: dict, summary: dict, setup: Setup, data) -> None:
-    title = per_head.label(setup, f"{setup.config.model.name} vs {self.other_model}",
+    title = per_head.label(setup, f"vs {convert.short_name(self.other_model)}",
                            int(st["count"]))
     figures.head_maps([("cosine, raw", st["cos_raw"]), ("cosine, effective", st["cos_eff"])],
                       setup.layout.figure(self.name, "cosine.png"), title, cmap="magma")

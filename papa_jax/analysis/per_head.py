@@ -20,7 +20,7 @@ import jax
 import numpy as np
 from absl import logging
 
-from papa_jax import parallel, resume
+from papa_jax import convert, parallel, resume
 from papa_jax import runner
 from papa_jax.analysis import output
 from papa_jax.layout import RELATIVE
@@ -97,7 +97,8 @@ class PerHeadAnalysis:
 def label(setup: Setup, what: str, n: int) -> str:
   """A figure title: model, task, split, examples, and what the figure shows."""
   c = setup.config
-  return f"{c.model.name} / {setup.task.name} {c.effective.split} ({n} examples): {what}"
+  return (f"{convert.short_name(c.model.name)} / {setup.task.name} {c.effective.split} "
+          f"({n} examples): {what}")
 
 
 def run(kind: type[PerHeadAnalysis], setup: Setup) -> dict:
