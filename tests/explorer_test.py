@@ -80,6 +80,16 @@ def test_example_indices_and_config():
 
 
 @pytest.mark.unit
+def test_explore_log_names_the_model_the_page_runs():
+  from papa_jax.explorer import page  # pylint: disable=import-outside-toplevel
+  note = page.model_note("sentence-transformers/all-MiniLM-L6-v2", "fetch:splade_tiny")
+  assert note == ("examples run through the workdir's model 'splade_tiny' (fetch:splade_tiny); "
+                  "the command line's model.name='sentence-transformers/all-MiniLM-L6-v2' is "
+                  "not used.")
+  assert "not used" not in page.model_note("fetch:splade_tiny", "fetch:splade_tiny")
+
+
+@pytest.mark.unit
 def test_explore_mixing_names_and_the_flag():
   assert tuple(collect.MIXING_LABELS) == config_schema.EXPLORE_MIXING
   assert {n.removesuffix("_rollout") for n in config_schema.EXPLORE_MIXING} <= set(pj.api.MIXING)
@@ -246,6 +256,15 @@ def test_page_renders_every_view_without_errors(tiny_page, tiny, tmp_path, capsy
   assert p.page.locator("#curve circle.pt").count() == len({r["fraction"] for r in rows})
   assert "L = 32" in p.page.locator("#meta").inner_text()
   assert "max/510" in p.page.locator("#notes").inner_text()
+  # Example 0 is no longer than a head (32): its effective panel is its input-dependent one,
+  # drawn on the same scale (the same pixels) and level with it.
+  assert p.js("papaExplorer.data.examples[0].effective") is None
+  panels = ["ex-dynamic", "ex-constant", "ex-effective"]
+  pixels = p.page.evaluate("ids => ids.map(i => document.getElementById(i).toDataURL())", panels)
+  assert pixels[0] == pixels[2] != pixels[1]
+  bottoms = p.page.evaluate(
+      "ids => ids.map(i => document.getElementById(i).getBoundingClientRect().bottom)", panels)
+  assert max(bottoms) - min(bottoms) < 1, bottoms
   p.page.screenshot(path=os.path.join(artifacts_dir(tmp_path), "explorer_tiny.png"), full_page=True)
   assert not p.errors, p.errors
 
@@ -543,6 +562,11 @@ def test_large_model_page_stays_responsive(browser, tiny, tmp_path, minilm, caps
   assert p.page.locator("#grid canvas.cell").count() == layers * heads
   assert p.page.locator("#curve .band").count() == 2
   assert p.page.locator("#curve .errbar").count() > 5
+  # Each legend entry is drawn in its curve's colour, and the two differ.
+  style = "es => es.map(e => getComputedStyle(e).{})"
+  fills = p.page.locator("#curve text.legend").evaluate_all(style.format("fill"))
+  strokes = p.page.locator("#curve polyline.curve-line").evaluate_all(style.format("stroke"))
+  assert fills == strokes and len(set(fills)) == 2, (fills, strokes)
   assert "No effective/stats.json" in p.page.locator("#sec-stats").inner_text()
   assert "No mixing/stats.json" in p.page.locator("#sec-stats").inner_text()
   assert p.page.locator("#stat-subset option").count() == 0

@@ -68,8 +68,18 @@ class ExplorerConfig:
 def run(config, workdir: str) -> str:
   """The launcher's entry point: `write_explorer` with `config.explore`."""
   c = ExplorerConfig.from_config(config.get("explore"))
+  used = reader.read_workdir(workdir).config.get("model", {}).get("name", "")
+  logging.info("explorer: %s", model_note(config.get("model", {}).get("name", ""), used))
   return write_explorer(workdir, examples=c.examples, max_examples=c.max_examples,
                         path=os.path.join(workdir, c.output), mixing=c.mixing)
+
+
+def model_note(asked: str, used: str) -> str:
+  """What the log says of the model: the page always runs the workdir's own."""
+  note = f"examples run through the workdir's model {convert.short_name(used)!r} ({used})"
+  if asked and asked != used:
+    note += f"; the command line's model.name={asked!r} is not used"
+  return note + "."
 
 
 def _static(name: str) -> str:

@@ -215,7 +215,7 @@
         svg.append(el("circle", { cx: X(r.fraction), cy: Y(r.score), r: 4, fill: col, class: "pt" },
           el("title", { text: `${v}: ${r.static_heads}/${r.total_heads} constant, ${r.metric} ${fmt(r.score, 4)}${extra}` })));
       }
-      svg.append(el("text", { x: W - mr, y: 12 + 14 * vi, "text-anchor": "end", fill: col, text: `● constant = mean ${v} attention` }));
+      svg.append(el("text", { x: W - mr, y: 12 + 14 * vi, "text-anchor": "end", fill: col, class: "legend", text: `● constant = mean ${v} attention` }));
     });
   }
 
@@ -323,7 +323,8 @@
     const mats = {
       dynamic: [exMat(e, "dynamic", l, h), false, "input-dependent"],
       constant: [maskedConstant(S.variant, e, l, h), meansOf(S.variant).signed, `constant (mean ${S.variant}), masked`],
-      effective: [exMat(e, "effective", l, h), true, x.effective ? "effective (blue < 0)"
+      // Without an effective block the panel is the input-dependent one: drawn on its scale.
+      effective: [exMat(e, "effective", l, h), Boolean(x.effective), x.effective ? "effective (blue < 0)"
         : "effective (= input-dependent: no more tokens than the head dimension)"],
     };
     if (S.mix) {
