@@ -15,22 +15,41 @@ def _fmt(seconds: float) -> str:
 
 
 class Progress:
-  """Logs `desc: done/total (pct) rate unit/s ETA` every `every` updates."""
+  """Logs `desc: done/total (pct) rate unit/s elapsed ETA`, every `every` updates but at most
+  once every `interval` seconds, and at the end. The rate (and so the ETA) counts from the
+  first update on: the first batch, which compiles, would skew them for most of the loop."""
 
-  def __init__(self, desc: str, total: int, unit: str = "ex", every: int = 20, start: int = 0):
+  def __init__(self, desc: str, total: int, unit: str = "ex", every: int = 20, start: int = 0,
+               interval: float = 30.0):
     self.desc, self.total, self.unit, self.every = desc, total, unit, max(every, 1)
-    self.done, self.start_done, self.updates = start, start, 0
+    self.interval = interval
+    self.done, self.updates = start, 0
     self.t0 = time.perf_counter()
+    self.first: tuple[float, int] | None = None  # (time, done) at the first update.
+    self.last_log = -float("inf")
 
   def update(self, n: int = 1, **extra) -> None:
     self.done += n
     self.updates += 1
-    if self.updates % self.every == 0 or self.done >= self.total:
+    now = time.perf_counter()
+    if self.first is None:
+      self.first = (now, self.done)
+    if self.done >= self.total or (self.updates % self.every == 0
+                                   and now - self.last_log >= self.interval):
       self.log(**extra)
 
+  def rate(self) -> float:
+    """Units per second since the first update (0 before a second one)."""
+    if self.first is None:
+      return 0.0
+    seconds, units = time.perf_counter() - self.first[0], self.done - self.first[1]
+    return units / seconds if seconds > 0 and units > 0 else 0.0
+
   def log(self, **extra) -> None:
-    elapsed = time.perf_counter() - self.t0
-    rate = (self.done - self.start_done) / elapsed if elapsed > 0 else 0.0
+    now = time.perf_counter()
+    self.last_log = now
+    elapsed = now - self.t0
+    rate = self.rate()
     eta = (self.total - self.done) / rate if rate > 0 else float("nan")
     pct = 100.0 * self.done / self.total if self.total else 100.0
     tail = " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
