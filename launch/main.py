@@ -38,7 +38,7 @@ def main(argv):
       lambda r: r.levelno >= 30 or "orbax" not in r.pathname)  # 30: Python WARNING.
   import jax  # pylint: disable=import-outside-toplevel
   # pylint: disable-next=import-outside-toplevel
-  from papa_jax import commands, parallel, preemption
+  from papa_jax import commands, errors, parallel, preemption
   config = _CONFIG.value
   preemption.install()
   parallel.maybe_initialize_distributed(config)
@@ -54,25 +54,11 @@ def main(argv):
   except preemption.Preempted as e:
     logging.warning("%s Rerun the same command to resume.", e)
     sys.exit(preemption.EXIT_CODE)
-  except _input_errors() as e:  # What the user can fix: one line, not a traceback.
+  except errors.PapaError as e:  # What the user can fix: one line, not a traceback.
     if os.environ.get("PAPA_TRACEBACK"):
       raise
     logging.error("%s: %s\n(PAPA_TRACEBACK=1 shows where it was raised.)", type(e).__name__, e)
     sys.exit(1)
-
-
-def _input_errors() -> tuple[type[Exception], ...]:
-  """The errors that name a bad input (config, data, files, checkpoints, budget)."""
-  # pylint: disable=import-outside-toplevel
-  from papa_jax.checkpoint import CheckpointError
-  from papa_jax.data.errors import DataError
-  from papa_jax.errors import ConfigError, ModelNotFound
-  from papa_jax.features import CacheTooLarge
-  from papa_jax.papa.means import MeansFileError
-  from papa_jax.storage import WriteError
-  from papa_jax.tokenization import TokenizerError
-  return (ConfigError, DataError, CheckpointError, CacheTooLarge, MeansFileError, WriteError,
-          TokenizerError, ModelNotFound)
 
 
 _CPU_FLAGS: list[str] = []

@@ -16,9 +16,10 @@ from absl import logging
 import orbax.checkpoint as ocp
 
 from papa_jax import storage, workdir
+from papa_jax.errors import PapaError
 
 
-class CheckpointError(ValueError):
+class CheckpointError(PapaError, ValueError):
   """A checkpoint that belongs to another run or cannot be read."""
 
 

@@ -19,6 +19,7 @@ mesh follow it; `run.check_config` adds the task declaration and the stage name.
 
 from __future__ import annotations
 
+import difflib
 import json
 from typing import Any
 
@@ -112,12 +113,33 @@ def quote_name_lists(argv: list[str]) -> list[str]:
 
 def launcher_argv(argv: list[str]) -> list[str]:
   """The launcher's flags as the flag parser must see them: name lists quoted; a flag of a
-  moved field raises `ConfigError` naming its new name (not absl's "unknown")."""
+  moved field, or of no field, raises `ConfigError` naming the field (not absl's
+  traceback)."""
   for arg in argv:
-    old = arg.split("=")[0][len("--config."):]
-    if arg.startswith("--config.") and old in MOVED:
-      raise ConfigError(f"--config.{old} was renamed: use --config.{MOVED[old]}.")
+    path = arg.split("=")[0][len("--config."):]
+    if arg.startswith("--config.") and path in MOVED:
+      raise ConfigError(f"--config.{path} was renamed: use --config.{MOVED[path]}.")
+    if arg.startswith("--config."):
+      check_field(path)
   return quote_name_lists(argv)
+
+
+def check_field(path: str) -> None:
+  """`ConfigError` unless `path` ('probe.learning_rate') names a field or group, naming the
+  nearest fields and the group's own."""
+  leaves = _flat(json.loads(get_config().to_json_best_effort()))
+  groups = {leaf.rsplit(".", i)[0] for leaf in leaves for i in range(1, leaf.count(".") + 1)}
+  if path in leaves or path in groups:
+    return
+  near = difflib.get_close_matches(path, list(leaves), n=2, cutoff=0.85)
+  group = path.rpartition(".")[0]
+  own = [leaf[len(group) + 1:] for leaf in leaves
+         if group in groups and leaf.startswith(group + ".") and "." not in leaf[len(group) + 1:]]
+  raise ConfigError(
+      f"--config.{path}: no such config field"
+      + (f"; did you mean {' or '.join('--config.' + n for n in near)}?" if near else ".")
+      + (f" The {group} group has {', '.join(own)}." if own else "")
+      + " Every field: docs/config.md.")
 
 
 def _names(config: ml_collections.ConfigDict, field: str, known: tuple[str, ...],

@@ -20,13 +20,14 @@ import jax
 import numpy as np
 
 from papa_jax import parallel, workdir
+from papa_jax.errors import PapaError
 from papa_jax.models.encoder import DTYPES
 from papa_jax.train import FrozenEncoder
 
 NP_DTYPES = {name: np.dtype(dt) for name, dt in DTYPES.items()}
 
 
-class CacheTooLarge(ValueError):
+class CacheTooLarge(PapaError, ValueError):
   """The feature cache would exceed its configured budget."""
 
 

@@ -20,6 +20,8 @@ from typing import IO, Any, Iterator
 import fsspec
 from etils import epath
 
+from papa_jax.errors import PapaError
+
 # Other processes (hosts, suite shards) write the same workdir. gcsfs and s3fs keep every
 # folder listing forever by default and answer `exists` and a file's size from it, so a
 # lease or results.json another process wrote after a listing looked absent, or was read
@@ -29,7 +31,7 @@ for _protocol in ("gs", "gcs", "s3", "s3a"):
   fsspec.config.conf.setdefault(_protocol, {}).setdefault("use_listings_cache", False)
 
 
-class WriteError(OSError):
+class WriteError(PapaError, OSError):
   """A result or checkpoint could not be written (a full disk, say); nothing was lost."""
 
 

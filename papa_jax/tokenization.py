@@ -14,6 +14,7 @@ import json
 import os
 from typing import Sequence
 
+from papa_jax.errors import PapaError
 from papa_jax.models.config import EncoderConfig
 
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "merges.txt", "spm.model",
@@ -24,7 +25,7 @@ VOCAB_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "spm.model",
 MAX_UNKNOWN = 0.2  # Refuse when more word pieces than this are [UNK] in the data.
 
 
-class TokenizerError(ValueError):
+class TokenizerError(PapaError, ValueError):
   """A tokenizer that does not fit the model it is used with."""
 
 

@@ -19,7 +19,7 @@ from absl import flags
 from ml_collections import config_flags
 
 from papa_jax import config_schema, convert
-from papa_jax.errors import ModelNotFound
+from papa_jax.errors import ConfigError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOCS = ["README.md", *sorted(os.path.relpath(p, ROOT) for p in glob.glob(f"{ROOT}/docs/*.md"))]
@@ -173,6 +173,22 @@ def test_docs_field_names_exist():
 def test_invalid_docs_command_is_caught(flag, message):
   with pytest.raises(Exception, match=message):
     parse(["--config=configs/quickstart.py", flag])
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("flag,message", [
+    ("--config.probe.lerning_rate=1e-3", r"--config\.probe\.lerning_rate: no such config "
+     r"field; did you mean --config\.probe\.learning_rate\? The probe group has .*epochs"),
+    ("--config.run.workdir=x", r"--config\.run\.workdir: no such config field.* The run group "
+     r"has .*batch_size"),
+    ("--config.nothing_like_it=1", r"--config\.nothing_like_it: no such config field\. Every "
+     r"field: docs/config\.md\."),
+])
+def test_invalid_unknown_field_names_it_and_the_nearest(flag, message):
+  """Before the flag parser (whose error is a traceback ending in AttributeError)."""
+  with pytest.raises(ConfigError, match=message):
+    config_schema.launcher_argv(["--config=configs/quickstart.py", flag])
+  config_schema.launcher_argv(["--config.probe.learning_rate=1e-3", "--config.data=x"])
 
 
 @pytest.mark.integration

@@ -6,6 +6,7 @@ These drive `launch/main.py` in subprocesses, exactly as a user would.
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -21,6 +22,7 @@ from tests.launcher import quickstart_args as _args
 from tests.launcher import results as _results
 from tests.launcher import run as _run
 from tests.launcher import signal_when as _signal_when
+from tests.testing import require_shared
 
 pytestmark = pytest.mark.slow  # Whole runs in subprocesses, several processes at once.
 
@@ -114,7 +116,8 @@ def test_multiprocess_means_equal_single_process(reference):
 
 
 @pytest.mark.parametrize("flag,message", [
-    ("--config.probe.lerning_rate=1e-3", "lerning_rate"),
+    ("--config.probe.lerning_rate=1e-3", "did you mean --config.probe.learning_rate?"),
+    ("--config.run.workdir=x", "--config.run.workdir: no such config field"),
     ("--config.probe.epochs=many", "epochs"),
     ("--config.data.max_length=1.5", "max_length"),
     ("--config.effective.other_model=x", "renamed: use --config.finetune.other_model"),
@@ -127,6 +130,7 @@ def test_invalid_launcher_config_flags_fail(flag, message, tmp_path):
                        timeout=120, env=_env())
   assert out.returncode != 0
   assert message in out.stderr
+  assert "Traceback" not in out.stderr, out.stderr[-3000:]
   assert not (tmp_path / "w").exists()  # Nothing was written.
 
 
@@ -137,6 +141,22 @@ def test_help_exits_zero_with_the_usage(flag):
                        timeout=120, env=_env())
   assert out.returncode == 0, out.stderr[-2000:]
   assert "--workdir" in out.stdout and "launch/main.py --config=" in out.stdout
+
+
+def test_damaged_model_is_one_line(tmp_path):
+  """A model folder whose config.json declares another architecture (a ModelFileError)."""
+  model = tmp_path / "model"
+  shutil.copytree(require_shared("fixtures", "tiny-random", "bert", "BertModel"), model)
+  cfg = json.loads((model / "config.json").read_text())
+  (model / "config.json").write_text(json.dumps(dict(cfg, model_type="gpt2")))
+  out = subprocess.run([sys.executable, MAIN,
+                        "--config=" + os.path.join(ROOT, "configs", "quickstart.py"),
+                        f"--workdir={tmp_path / 'w'}", f"--config.model.name={model}"],
+                       capture_output=True, text=True, timeout=300, env=_env())
+  assert out.returncode == 1, out.stderr[-3000:]
+  assert f"ModelFileError: config.json of {model}: Unsupported model_type 'gpt2'" in out.stderr
+
+  assert "Traceback (most recent call last)" not in out.stderr
 
 
 def test_unreachable_hub_model_is_one_line_saying_what_works_offline(tmp_path):

@@ -23,14 +23,14 @@ from papa_jax import convert, effective, input_files, tokenization
 from papa_jax import runner
 from papa_jax.analysis import figures, per_head
 from papa_jax.analysis.effective_stats import js_divergence
-from papa_jax.errors import ConfigError
+from papa_jax.errors import ConfigError, PapaError
 from papa_jax.models.config import EncoderConfig
 from papa_jax.stage import Setup, model_files
 
 PER_HEAD = ("cos_raw", "cos_eff", "js_raw")
 
 
-class ArchitectureMismatch(ValueError):
+class ArchitectureMismatch(PapaError, ValueError):
   """The two models cannot be compared head by head."""
 
 

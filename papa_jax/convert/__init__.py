@@ -21,7 +21,7 @@ import jax
 import numpy as np
 
 from papa_jax import tokenization, workdir
-from papa_jax.errors import ModelNotFound
+from papa_jax.errors import ConfigError, ModelFileError, ModelNotFound
 from papa_jax.convert import checkpoint_io
 from papa_jax.convert.checkpoint_io import read_state_dict
 from papa_jax.convert.hf_config import encoder_config_from_hf, read_config_json, shared_layers
@@ -93,7 +93,7 @@ def onnx_file(name_or_path: str) -> str | None:
     return None
   found = sorted(f for f in os.listdir(path) if f.lower().endswith(".onnx"))
   if len(found) > 1:
-    raise ValueError(f"{name_or_path!r} holds several ONNX files {found}: pass the path of "
+    raise ModelFileError(f"{name_or_path!r} holds several ONNX files {found}: pass the path of "
                      "the one to load.")
   return os.path.join(path, found[0]) if found else None
 
@@ -117,7 +117,7 @@ def resolve_model_dir(name_or_path: str) -> str:
   package carries (`PACKAGED_MODELS`), or a hub id to download.
   """
   if not name_or_path:
-    raise ValueError("No model given: set config.model.name to a hub id or a "
+    raise ConfigError("No model given: set config.model.name to a hub id or a "
                      "local model directory.")
   if name_or_path in MODEL_KEYS and not os.path.exists(name_or_path):
     return resolve_model_dir(MODEL_KEYS[name_or_path])  # A short key: 'mpnet', 'minilm'.

@@ -8,6 +8,8 @@ from typing import Callable, Iterator, Mapping
 
 import numpy as np
 
+from papa_jax.errors import ModelFileError, ModelNotFound
+
 SAFETENSORS = "model.safetensors"
 SAFETENSORS_INDEX = "model.safetensors.index.json"
 PYTORCH_BIN = "pytorch_model.bin"
@@ -23,7 +25,7 @@ def weight_files(model_dir: str) -> list[str]:
       files = [os.path.join(model_dir, s) for s in shards]
       missing = [f for f in files if not os.path.isfile(f)]
       if missing:
-        raise FileNotFoundError(f"{index} names missing shard files: {missing}")
+        raise ModelNotFound(f"{index} names missing shard files: {missing}")
       return files
   for name in (SAFETENSORS, PYTORCH_BIN):
     path = os.path.join(model_dir, name)
@@ -32,7 +34,7 @@ def weight_files(model_dir: str) -> list[str]:
   onnx = sorted(f for f in os.listdir(model_dir) if f.lower().endswith(".onnx"))
   hint = (f" It holds {onnx}: to load an ONNX export, give the .onnx file's path as the "
           "model (config.json is not read for it)." if onnx else "")
-  raise FileNotFoundError(
+  raise ModelNotFound(
       f"{model_dir!r} has no {SAFETENSORS} or {PYTORCH_BIN} (nor a sharded "
       f"index of either).{hint}"
   )
@@ -45,12 +47,12 @@ def read_json_object(path: str) -> dict:
     with open(path, encoding="utf-8") as f:
       obj = json.load(f)
   except json.JSONDecodeError as e:
-    raise ValueError(f"{path} is not valid JSON: {e}") from e
+    raise ModelFileError(f"{path} is not valid JSON: {e}") from e
   except UnicodeDecodeError as e:
-    raise ValueError(f"{path} is not UTF-8 (byte offset {e.start}: "
+    raise ModelFileError(f"{path} is not UTF-8 (byte offset {e.start}: "
                      f"{e.object[e.start:e.end]!r}).") from None
   if not isinstance(obj, dict):
-    raise ValueError(f"{path} holds a JSON {type(obj).__name__}, not an object of fields.")
+    raise ModelFileError(f"{path} holds a JSON {type(obj).__name__}, not an object of fields.")
   return obj
 
 
@@ -59,7 +61,7 @@ def _weight_map(path: str) -> dict[str, str]:
   weight_map = read_json_object(path).get("weight_map")
   if not isinstance(weight_map, dict) or not all(
       isinstance(v, str) for v in weight_map.values()):
-    raise ValueError(f"{path} has no 'weight_map' object (tensor name -> shard file).")
+    raise ModelFileError(f"{path} has no 'weight_map' object (tensor name -> shard file).")
   return weight_map
 
 
@@ -74,7 +76,7 @@ class LazyStateDict(Mapping):
     """Registers a tensor; a name already registered (two shards) is an error: which copy
     a reader would take is not defined."""
     if name in self._loaders:
-      raise ValueError(f"Tensor {name} is stored twice: in {self._files[name]} and in {path}.")
+      raise ModelFileError(f"Tensor {name} is stored twice: in {self._files[name]} and in {path}.")
     self._loaders[name] = loader
     self._files[name] = path
 
@@ -95,7 +97,7 @@ def _read_safetensors(path: str, out: LazyStateDict) -> None:
     f = safe_open(path, framework="numpy")
     names = list(f.keys())
   except (SafetensorError, OSError, ValueError) as e:
-    raise ValueError(f"Could not read safetensors file {path}: {e}") from e
+    raise ModelFileError(f"Could not read safetensors file {path}: {e}") from e
 
   def loader(name):
     def load():
@@ -103,7 +105,7 @@ def _read_safetensors(path: str, out: LazyStateDict) -> None:
         return f.get_tensor(name)
       except Exception as e:  # pylint: disable=broad-except
         # numpy lacks some safetensors dtypes (float8: AttributeError), among others.
-        raise ValueError(f"Could not read tensor {name} of {path} "
+        raise ModelFileError(f"Could not read tensor {name} of {path} "
                          f"({type(e).__name__}: {e}).") from e
     return load
 
@@ -122,7 +124,7 @@ def _read_torch_bin(path: str, out: LazyStateDict) -> None:
   try:
     state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
   except Exception as e:  # torch raises many types for corrupt files.
-    raise ValueError(f"Could not read PyTorch checkpoint {path}: {e}") from e
+    raise ModelFileError(f"Could not read PyTorch checkpoint {path}: {e}") from e
 
   def loader(v):
     return lambda: (v.detach().to(torch.float32).numpy() if v.is_floating_point()

@@ -25,7 +25,7 @@ import sys
 import tempfile
 import zipfile
 
-from papa_jax.errors import ModelNotFound
+from papa_jax.errors import ModelNotFound, PapaError
 from papa_jax.input_files import sha256
 
 ENV = "PAPA_MODELS"
@@ -100,7 +100,7 @@ MODELS = {
 }
 
 
-class FetchError(RuntimeError):
+class FetchError(PapaError, RuntimeError):
   """A model that could not be fetched or verified."""
 
 

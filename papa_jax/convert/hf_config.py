@@ -11,6 +11,7 @@ from typing import Any
 
 from papa_jax.convert import hf_rotary
 from papa_jax.convert.checkpoint_io import read_json_object
+from papa_jax.errors import ModelFileError, ModelNotFound
 from papa_jax.models.config import EncoderConfig
 
 # model_type -> family. XLM-R and CamemBERT share RoBERTa's architecture.
@@ -41,9 +42,9 @@ ALBERT_DEFAULTS = dict(embedding_size=128, num_hidden_groups=1, inner_group_num=
 def read_config_json(model_dir: str) -> dict[str, Any]:
   path = os.path.join(model_dir, "config.json")
   if not os.path.isdir(model_dir):
-    raise FileNotFoundError(f"Model directory {model_dir!r} does not exist.")
+    raise ModelNotFound(f"Model directory {model_dir!r} does not exist.")
   if not os.path.isfile(path):
-    raise FileNotFoundError(
+    raise ModelNotFound(
         f"{model_dir!r} has no config.json; a Hugging Face model directory "
         "needs config.json plus model.safetensors or pytorch_model.bin."
     )
@@ -53,7 +54,7 @@ def read_config_json(model_dir: str) -> dict[str, Any]:
 def _unsupported(cfg: dict[str, Any], key: str, ok: Any, what: str) -> None:
   value = cfg.get(key, ok)
   if value != ok and not (isinstance(ok, tuple) and value in ok):
-    raise ValueError(f"Unsupported {what}: {key}={value!r}.")
+    raise ModelFileError(f"Unsupported {what}: {key}={value!r}.")
 
 
 def encoder_config_from_hf(cfg: dict[str, Any], name: str = "") -> EncoderConfig:
@@ -62,10 +63,10 @@ def encoder_config_from_hf(cfg: dict[str, Any], name: str = "") -> EncoderConfig
   try:
     return _encoder_config(cfg, name)
   except KeyError as e:
-    raise ValueError(f"config.json{_of(name)} lacks the field {e.args[0]!r}, which a "
+    raise ModelFileError(f"config.json{_of(name)} lacks the field {e.args[0]!r}, which a "
                      f"{cfg.get('model_type')} config needs.") from None
   except ValueError as e:
-    raise ValueError(f"config.json{_of(name)}: {e}") from None
+    raise ModelFileError(f"config.json{_of(name)}: {e}") from None
 
 
 def _of(name: str) -> str:
@@ -75,13 +76,13 @@ def _of(name: str) -> str:
 def _encoder_config(cfg: dict[str, Any], name: str) -> EncoderConfig:
   model_type = cfg.get("model_type")
   if model_type not in MODEL_TYPES:
-    raise ValueError(
+    raise ModelFileError(
         f"Unsupported model_type {model_type!r}; supported: {sorted(MODEL_TYPES)}."
     )
   family = MODEL_TYPES[model_type]
   act = cfg.get("hidden_act", cfg.get("activation", "gelu"))
   if not isinstance(act, str):
-    raise ValueError(f"Unsupported non-string activation {act!r}.")
+    raise ModelFileError(f"Unsupported non-string activation {act!r}.")
   for key in ("is_decoder", "add_cross_attention"):
     _unsupported(cfg, key, False, "decoder configuration")
   if family == "albert":
@@ -147,7 +148,7 @@ def _encoder_config(cfg: dict[str, Any], name: str) -> EncoderConfig:
     pos_att_type = [p.strip() for p in pos_att_type.lower().split("|") if p.strip()]
   norm = [x.strip() for x in str(cfg.get("norm_rel_ebd", "none")).lower().split("|")]
   if set(norm) - {"none", "layer_norm"}:
-    raise ValueError(f"Unsupported norm_rel_ebd={cfg.get('norm_rel_ebd')!r}.")
+    raise ModelFileError(f"Unsupported norm_rel_ebd={cfg.get('norm_rel_ebd')!r}.")
   head_dim = 0 if v1 else cfg.get("attention_head_size", 0)
   if head_dim and head_dim * cfg["num_attention_heads"] == cfg["hidden_size"]:
     head_dim = 0
@@ -188,13 +189,13 @@ def _mpnet_config(cfg: dict[str, Any], common: dict[str, Any]) -> EncoderConfig:
   pad = cfg.get("pad_token_id")
   pad = MPNET_PADDING_IDX if pad is None else pad
   if pad != MPNET_PADDING_IDX:
-    raise ValueError(
+    raise ModelFileError(
         f"Unsupported MPNet pad_token_id={pad!r}: Hugging Face's MPNetModel counts "
         f"positions from padding_idx {MPNET_PADDING_IDX} whatever the config says, so "
         "pads of another id would get positions.")
   buckets = cfg.get("relative_attention_num_buckets", MPNET_BUCKETS)
   if buckets != MPNET_BUCKETS:
-    raise ValueError(
+    raise ModelFileError(
         f"Unsupported MPNet relative_attention_num_buckets={buckets!r}: Hugging Face's "
         f"MPNetModel always buckets offsets into {MPNET_BUCKETS} (its table would not "
         "match its buckets).")
@@ -214,7 +215,7 @@ def albert_layer_groups(cfg: dict[str, Any]) -> tuple[tuple[int, int], ...]:
   layers, groups, inner = c["num_hidden_layers"], c["num_hidden_groups"], c["inner_group_num"]
   for key, value, top in (("num_hidden_groups", groups, layers), ("inner_group_num", inner, None)):
     if not isinstance(value, int) or value < 1 or (top is not None and value > top):
-      raise ValueError(
+      raise ModelFileError(
           f"Unsupported ALBERT {key}={value!r}: an integer >= 1"
           + (f" and <= num_hidden_layers={layers} (a group no layer uses)" if top else "")
           + ".")
@@ -239,7 +240,7 @@ def _albert_config(cfg: dict[str, Any], name: str) -> EncoderConfig:
   _unsupported(c, "position_embedding_type", "absolute", "ALBERT position embedding type")
   act = c["hidden_act"]
   if not isinstance(act, str):
-    raise ValueError(f"Unsupported non-string activation {act!r}.")
+    raise ModelFileError(f"Unsupported non-string activation {act!r}.")
   blocks = len(albert_layer_groups(c))
   return EncoderConfig(
       vocab_size=c["vocab_size"], hidden_size=c["hidden_size"], num_layers=blocks,

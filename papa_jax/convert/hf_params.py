@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from papa_jax.errors import ModelFileError
 from papa_jax.models.config import EncoderConfig
 from papa_jax.models.encoder import Encoder
 
@@ -180,7 +181,7 @@ def family_rules(c: EncoderConfig,
 
   if c.family == "albert":
     if layer_groups is None or len(layer_groups) != c.num_layers:
-      raise ValueError(f"ALBERT needs each of its {c.num_layers} layers' (group, sub-layer), "
+      raise ModelFileError(f"ALBERT needs each of its {c.num_layers} layers' (group, sub-layer), "
                        f"got {layer_groups!r}.")
     for i, (g, j) in enumerate(layer_groups):
       k = f"encoder.albert_layer_groups.{g}.albert_layers.{j}."
@@ -250,7 +251,7 @@ def normalize_keys(c: EncoderConfig, keys: Iterable[str]) -> dict[str, str]:
     key = re.sub(r"LayerNorm\.gamma$", "LayerNorm.weight", key)
     key = re.sub(r"LayerNorm\.beta$", "LayerNorm.bias", key)
     if key in out:  # Which of the two a reader takes is not defined: refuse both.
-      raise ValueError(f"Checkpoint tensors {out[key]} and {orig} are both {key}.")
+      raise ModelFileError(f"Checkpoint tensors {out[key]} and {orig} are both {key}.")
     out[key] = orig
   return out
 
@@ -260,12 +261,12 @@ def _weights(state: Mapping[str, np.ndarray], name: str, source: str) -> np.ndar
   would turn into other numbers: quantized weights need their scales), every value finite."""
   value = np.asarray(state[name])
   if value.dtype.kind in "biu":
-    raise ValueError(f"{source}: tensor {name} is {value.dtype}, not floating point "
+    raise ModelFileError(f"{source}: tensor {name} is {value.dtype}, not floating point "
                      "(a quantized checkpoint? dequantize it first).")
   finite = np.isfinite(value.astype(np.float32, copy=False))
   if not finite.all():
     at = np.unravel_index(int(np.argmin(finite)), value.shape)
-    raise ValueError(f"{source}: tensor {name} {value.shape} holds {(~finite).sum()} "
+    raise ModelFileError(f"{source}: tensor {name} {value.shape} holds {(~finite).sum()} "
                      f"non-finite values (first at {tuple(int(i) for i in at)}: "
                      f"{value[at]}).")
   return value
@@ -301,14 +302,14 @@ def params_from_state_dict(c: EncoderConfig, state: Mapping[str, np.ndarray], *,
   try:
     names = normalize_keys(c, state.keys())
   except ValueError as e:
-    raise ValueError(f"{source}: {e}") from None
+    raise ModelFileError(f"{source}: {e}") from None
   rules = family_rules(c, layer_groups)
   missing = sorted({key for _, key, _ in rules if key not in names})
   used = {key for _, key, _ in rules}
   unexpected = sorted(
       k for k in names if k not in used and not any(p.search(k) for p in IGNORED))
   if missing or unexpected:
-    raise ValueError(
+    raise ModelFileError(
         f"{source} does not match a {c.family} encoder with "
         f"{c.num_layers} layers: missing keys {missing[:20]}"
         f"{' ...' if len(missing) > 20 else ''}; unexpected keys "
@@ -333,7 +334,7 @@ def params_from_state_dict(c: EncoderConfig, state: Mapping[str, np.ndarray], *,
     elif not bad:
       _set(params, path, jnp.asarray(value) if to_device else value)
   if bad:
-    raise ValueError(f"{source} tensor shapes do not match its config: "
+    raise ModelFileError(f"{source} tensor shapes do not match its config: "
                      + "; ".join(bad[:10]) + (" ..." if len(bad) > 10 else ""))
   got = {path for path, _, _ in rules}
   if set(want) != got:

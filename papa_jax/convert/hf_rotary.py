@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from papa_jax.errors import ModelFileError
 from papa_jax.models.config import EncoderConfig
 
 FULL, SLIDING = "full_attention", "sliding_attention"
@@ -26,26 +27,26 @@ def rope_theta(params: Any, field: str, default: float) -> float:
   params = dict(params or {})
   kind = params.pop("rope_type", params.pop("type", "default"))
   if kind != "default":
-    raise ValueError(f"Unsupported rope type: {field}.rope_type={kind!r} (only 'default').")
+    raise ModelFileError(f"Unsupported rope type: {field}.rope_type={kind!r} (only 'default').")
   theta = params.pop("rope_theta", default)
   extra = {k: v for k, v in params.items() if v is not None and
            not (k == "partial_rotary_factor" and v == 1.0)}
   if extra:
-    raise ValueError(f"Unsupported rope options: {field} has {extra!r} (only rope_theta).")
+    raise ModelFileError(f"Unsupported rope options: {field} has {extra!r} (only rope_theta).")
   return float(theta)
 
 
 def _global_every(types: list[str], num_layers: int) -> int:
   """n with layer l global iff l % n == 0, from HF's `layer_types`; refused otherwise."""
   if len(types) != num_layers or set(types) - {FULL, SLIDING}:
-    raise ValueError(f"Unsupported layer_types={types!r}: one of {FULL!r}, {SLIDING!r} per "
+    raise ModelFileError(f"Unsupported layer_types={types!r}: one of {FULL!r}, {SLIDING!r} per "
                      f"layer ({num_layers}) is needed.")
   if SLIDING not in types:
     return 1
   full = [i for i, t in enumerate(types) if t == FULL]
   n = full[1] if len(full) > 1 else num_layers
   if [i % n == 0 for i in range(num_layers)] != [t == FULL for t in types]:
-    raise ValueError(f"Unsupported layer_types={types!r}: only every n-th layer global "
+    raise ModelFileError(f"Unsupported layer_types={types!r}: only every n-th layer global "
                      "(from layer 0) is implemented.")
   return n
 
@@ -59,13 +60,13 @@ def _modernbert(cfg: dict[str, Any], name: str) -> EncoderConfig:
   every = _global_every(list(types), layers)
   rope = dict(cfg.get("rope_parameters") or {})
   if "rope_scaling" in cfg and cfg["rope_scaling"] is not None:
-    raise ValueError(f"Unsupported rope_scaling={cfg['rope_scaling']!r}.")
+    raise ModelFileError(f"Unsupported rope_scaling={cfg['rope_scaling']!r}.")
   theta = {kind: rope_theta(rope.get(kind), f"rope_parameters[{kind!r}]",
                             cfg.get(old, MODERNBERT_THETA[kind]))
            for kind, old in ((FULL, "global_rope_theta"), (SLIDING, "local_rope_theta"))}
   head_dim = cfg.get("head_dim")
   if head_dim not in (None, cfg["hidden_size"] // cfg["num_attention_heads"]):
-    raise ValueError(f"Unsupported ModernBERT head_dim={head_dim!r}: HF uses "
+    raise ModelFileError(f"Unsupported ModernBERT head_dim={head_dim!r}: HF uses "
                      "hidden_size // num_attention_heads.")
   local = every > 1 or SLIDING in types
   pad = cfg.get("pad_token_id")
@@ -90,11 +91,11 @@ def _nomic_bert(cfg: dict[str, Any], name: str) -> EncoderConfig:
   original = sorted(k for k in ("n_embd", "n_layer", "n_head", "rotary_emb_fraction",
                                 "rotary_emb_base", "rotary_scaling_factor") if k in cfg)
   if original:
-    raise ValueError(f"Unsupported NomicBERT config in the original remote-code format (fields "
+    raise ModelFileError(f"Unsupported NomicBERT config in the original remote-code format (fields "
                      f"{original}): Hugging Face's NomicBertConfig names them hidden_size, "
                      "num_hidden_layers, num_attention_heads, rope_parameters.")
   if cfg.get("rope_scaling") is not None:
-    raise ValueError(f"Unsupported rope_scaling={cfg['rope_scaling']!r}.")
+    raise ModelFileError(f"Unsupported rope_scaling={cfg['rope_scaling']!r}.")
   theta = rope_theta(cfg.get("rope_parameters"), "rope_parameters",
                      cfg.get("rope_theta", NOMIC_THETA))
   head_dim = cfg.get("head_dim") or 0

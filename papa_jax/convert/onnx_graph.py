@@ -11,6 +11,8 @@ from typing import Any
 
 import numpy as np
 
+from papa_jax.errors import ModelFileError, ModelNotFound
+
 INSTALL = "pip install onnx onnxruntime  (or: pip install 'papa-jax[onnx]')"
 
 
@@ -27,11 +29,11 @@ def load_model(path: str):
   """The parsed ONNX ModelProto of `path` (weights included), or a clear error."""
   onnx = import_onnx()
   if not os.path.isfile(path):
-    raise FileNotFoundError(f"ONNX file {path!r} does not exist.")
+    raise ModelNotFound(f"ONNX file {path!r} does not exist.")
   try:
     return onnx.load(path)
   except Exception as e:  # protobuf DecodeError, missing external data, ...: one message.
-    raise ValueError(f"Could not read ONNX file {path} (corrupt or truncated?): "
+    raise ModelFileError(f"Could not read ONNX file {path} (corrupt or truncated?): "
                      f"{type(e).__name__}: {str(e)[:300]}") from e
 
 

@@ -21,6 +21,7 @@ import numpy as np
 
 from papa_jax.convert.onnx_graph import (INSTALL, Graph, attr, identity_outputs, load_model,
                                           own_uses, shape_tail)
+from papa_jax.errors import ModelFileError
 from papa_jax.models.config import EncoderConfig
 from papa_jax.models.encoder import activation
 
@@ -358,7 +359,7 @@ def graph_difference(model, path: str, input_ids, attention_mask) -> float:
   feed = {}
   for i in sess.get_inputs():
     if i.name not in ("input_ids", "attention_mask", "token_type_ids"):
-      raise ValueError(f"{path}: graph input {i.name!r} is none of input_ids, "
+      raise ModelFileError(f"{path}: graph input {i.name!r} is none of input_ids, "
                        "attention_mask, token_type_ids.")
     feed[i.name] = {"input_ids": ids, "attention_mask": mask}.get(i.name, np.zeros_like(ids))
   ref = sess.run([hidden_state_output(str(path))], feed)[0]

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from papa_jax.errors import ConfigError
+from papa_jax.errors import ConfigError, PapaError
 
 
-class DataError(ValueError):
+class DataError(PapaError, ValueError):
   """A data file that cannot be read as its task declares (names file and line)."""
 
 

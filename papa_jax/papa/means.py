@@ -37,6 +37,7 @@ from papa_jax import features as features_lib
 from papa_jax import runner
 from papa_jax.data import pipeline
 from papa_jax.papa import constants
+from papa_jax.errors import PapaError
 from papa_jax.layout import RELATIVE
 from papa_jax.models.config import EncoderConfig
 from papa_jax.models.encoder import DTYPES, Capture
@@ -49,7 +50,7 @@ FILE_VARIANTS = ("raw", "effective", "row_mean", "compressed")  # Variants with 
 EXTRAS = ("sums_sq", "sums_xlogx", "row_sums", "row_counts")
 
 
-class MeansFileError(ValueError):
+class MeansFileError(PapaError, ValueError):
   """A means file that is unreadable or does not fit the run."""
 
 
