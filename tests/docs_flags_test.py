@@ -25,7 +25,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOCS = ["README.md", *sorted(os.path.relpath(p, ROOT) for p in glob.glob(f"{ROOT}/docs/*.md"))]
 CONFIGS = sorted(os.path.relpath(p, ROOT) for p in glob.glob(f"{ROOT}/configs/*.py"))
 # Prose that shows a mistake on purpose (docs/reliability.md: what a typo does).
-MISTAKES = {"probe.lerning_rate"}
+MISTAKES = {"probe.lerning_rate", "run.workdir"}  # Bad flags the docs show as examples.
 pytestmark = pytest.mark.filterwarnings("ignore:the load_module:DeprecationWarning")
 _BLOCK = re.compile(r"^```([\w-]*)\n(.*?)^```", re.S | re.M)
 
