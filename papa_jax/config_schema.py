@@ -115,19 +115,37 @@ def launcher_argv(argv: list[str]) -> list[str]:
   """The launcher's flags as the flag parser must see them: name lists quoted; a flag of a
   moved field, or of no field, raises `ConfigError` naming the field (not absl's
   traceback)."""
-  for arg in argv:
-    path = arg.split("=")[0][len("--config."):]
-    if arg.startswith("--config.") and path in MOVED:
+  overrides = [a.split("=")[0][len("--config."):] for a in argv if a.startswith("--config.")]
+  for path in overrides:
+    if path in MOVED:
       raise ConfigError(f"--config.{path} was renamed: use --config.{MOVED[path]}.")
-    if arg.startswith("--config."):
-      check_field(path)
+  if overrides:
+    spec = [a[len("--config="):] for a in argv if a.startswith("--config=")]
+    config = config_file(spec[-1]) if spec else get_config()
+    for path in overrides if config is not None else ():
+      check_field(path, config)
   return quote_name_lists(argv)
 
 
-def check_field(path: str) -> None:
-  """`ConfigError` unless `path` ('probe.learning_rate') names a field or group, naming the
-  nearest fields and the group's own."""
-  leaves = _flat(json.loads(get_config().to_json_best_effort()))
+def config_file(spec: str) -> ml_collections.ConfigDict | None:
+  """The config that `--config=spec` ('configs/x.py[:arg]') names, without overrides; None
+  when it cannot be loaded (the flag parser then says why)."""
+  from absl import flags  # pylint: disable=import-outside-toplevel
+  from ml_collections import config_flags  # pylint: disable=import-outside-toplevel
+  fv = flags.FlagValues()
+  argv = ["main", f"--config={spec}"]
+  holder = config_flags.DEFINE_config_file("config", None, "", flag_values=fv, sys_argv=argv)
+  try:
+    fv(argv)
+    return holder.value
+  except Exception:  # pylint: disable=broad-except
+    return None
+
+
+def check_field(path: str, config: ml_collections.ConfigDict | None = None) -> None:
+  """`ConfigError` unless `path` ('probe.learning_rate') names a field or group of `config`
+  (default: the schema's), naming the nearest fields and the group's own."""
+  leaves = _flat(json.loads((config or get_config()).to_json_best_effort()))
   groups = {leaf.rsplit(".", i)[0] for leaf in leaves for i in range(1, leaf.count(".") + 1)}
   if path in leaves or path in groups:
     return

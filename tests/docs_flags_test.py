@@ -189,6 +189,12 @@ def test_invalid_unknown_field_names_it_and_the_nearest(flag, message):
   with pytest.raises(ConfigError, match=message):
     config_schema.launcher_argv(["--config=configs/quickstart.py", flag])
   config_schema.launcher_argv(["--config.probe.learning_rate=1e-3", "--config.data=x"])
+  # Fields the config file adds (the suite's per-task data folders) are fields too.
+  config_schema.launcher_argv(["--config=configs/suite.py:models=minilm,tasks=sst2",
+                               "--config.suite.data_dirs.sst2=/x"])
+  with pytest.raises(ConfigError, match=r"did you mean --config\.suite\.data_dirs\.sst2\?"):
+    config_schema.launcher_argv(["--config=configs/suite.py:models=minilm,tasks=sst2",
+                                 "--config.suite.data_dir.sst2=/x"])
 
 
 @pytest.mark.integration
