@@ -56,6 +56,11 @@ def _modernbert(cfg: dict[str, Any], name: str) -> EncoderConfig:
   types = cfg.get("layer_types")
   if types is None:
     n = cfg.get("global_attn_every_n_layers", 3)
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+      raise ModelFileError(
+          f"config.json: global_attn_every_n_layers={n!r} must be an integer >= 1 (1: every "
+          "layer global; ModernBERT checkpoints use 3), or give layer_types, one of "
+          f"{FULL!r}, {SLIDING!r} per layer.")
     types = [SLIDING if i % n else FULL for i in range(layers)]
   every = _global_every(list(types), layers)
   rope = dict(cfg.get("rope_parameters") or {})

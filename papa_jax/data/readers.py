@@ -63,6 +63,12 @@ def split_path(task: Task, data_dir: str, split: str) -> str:
       raise DataError(f"Data dir {data_dir!r}: {found} {name!r} for the {split} split of "
                       f"task {task.name}; it holds {_listing(data_dir)}.")
     path = matches[0]
+    if os.path.isdir(path):
+      raise DataError(f"{path} matches {name!r} for the {split} split of task {task.name} "
+                      "but is a directory, not a file.")
+  elif os.path.isdir(path):
+    raise DataError(f"{path} is a directory, not the {split} split's file of task {task.name}: "
+                    f"point data.data_dir (or data.custom.{split}) at the file's folder.")
   elif not os.path.isfile(path):
     where = os.path.dirname(path) or "."
     field = "" if task.name in TASKS else f", data.custom.{split}={name!r}"

@@ -14,6 +14,7 @@ import pytest
 
 import papa_jax as pj
 from papa_jax import attention as attn
+from papa_jax import errors
 from papa_jax.convert import hf_config
 from papa_jax.models import rotary
 from papa_jax.papa import constants as papa_constants
@@ -214,9 +215,12 @@ MB = dict(model_type="modernbert", vocab_size=50, hidden_size=16, num_hidden_lay
      r"layer_types=.*every n-th layer"),
     (dict(rope_scaling={"rope_type": "dynamic"}), r"rope_scaling"),
     (dict(head_dim=4), r"head_dim=4"),
+    (dict(global_attn_every_n_layers=0), r"config\.json: global_attn_every_n_layers=0 must be "
+     r"an integer >= 1 .*or give layer_types"),
+    (dict(global_attn_every_n_layers=-2), r"global_attn_every_n_layers=-2"),
 ])
 def test_invalid_modernbert_variants_are_named(extra, match):
-  with pytest.raises(ValueError, match=match):
+  with pytest.raises(errors.ModelFileError, match=match):
     hf_config.encoder_config_from_hf({**MB, **extra})
 
 

@@ -1,5 +1,7 @@
 """Task declarations that cannot work: each error names the config field."""
 
+import os
+
 import pytest
 
 from configs import base
@@ -63,6 +65,17 @@ def test_invalid_config_missing_split_file_names_the_field(tmp_path):
   with pytest.raises(data.DataError, match=rf"Data dir '{tmp_path}' lacks 'dev.csv' for the "
                      r"validation split of task custom \(expected files \['dev.csv', 't.csv'\]; "
                      r"found \['t.csv'\], data\.custom\.validation='dev.csv'\)"):
+    data.check_files(cfg, ("train", "validation"))
+
+
+def test_invalid_config_split_file_that_is_a_directory_is_named(tmp_path):
+  """A folder where the split's file should be: not "lacks X ... found X"."""
+  write(tmp_path, "t.csv", "text,label\na,x\nb,y\n")
+  os.mkdir(tmp_path / "dev.csv")
+  cfg = custom_config(tmp_path, **{**CSV, "validation": "dev.csv"})
+  with pytest.raises(data.DataError, match=rf"^{tmp_path}/dev\.csv is a directory, not the "
+                     r"validation split's file of task custom: point data\.data_dir \(or "
+                     r"data\.custom\.validation\) at the file's folder\.$"):
     data.check_files(cfg, ("train", "validation"))
 
 
