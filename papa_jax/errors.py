@@ -25,3 +25,21 @@ class ModelNotFound(PapaError, FileNotFoundError):
 class ModelFileError(PapaError, ValueError):
   """A model's files that cannot be the model they declare (a config field, a tensor's name
   or shape, an ONNX graph); the message names the file and the field or tensor."""
+
+
+class StorageError(PapaError, OSError):
+  """Object storage that cannot be reached: no filesystem package, no network, no credentials;
+  the message names the path, what was checked and how to work offline."""
+
+
+class WorkdirError(PapaError, OSError):
+  """A workdir that cannot be used as asked (read-only, or files that are not this project's);
+  the message names the file and what to do."""
+
+
+class IncompleteWorkdir(WorkdirError, FileNotFoundError):
+  """A workdir without the outputs a command reads; the message names the stage to run."""
+
+
+class TrainingDiverged(PapaError, FloatingPointError):
+  """A probe whose loss became NaN or infinite; the message names the step and the remedy."""
