@@ -76,6 +76,7 @@ def effective_attentions(output, attention_mask) -> tuple:
   pad keys and pad queries get zeros (mask-aware).
   """
   if output.attentions is None or output.values is None:
+    # caller's argument
     raise ValueError("Run the model with capture=Capture(probs=True, values=True).")
   out = []
   for a, v in zip(output.attentions, output.values):
@@ -132,11 +133,12 @@ def context_mixing(model: Pretrained, data: preprocess.Encoded, methods: Sequenc
   """
   bad = sorted(set(methods) - set(MIXING) - {FLOW})
   if bad:
+    # caller's argument
     raise ValueError(f"Unknown context-mixing methods {bad}; choose from {MIXING + (FLOW,)}.")
   if model.config.compute_dtype != "float32" and not allow_low_precision:
     raise ValueError(f"context mixing decomposes each layer exactly: load the model in float32 "
                      f"(its compute dtype is {model.config.compute_dtype}), or pass "
-                     f"allow_low_precision=True.")
+                     f"allow_low_precision=True.")  # caller's argument
   mixing.check_decomposable(model.config)
   jitted = tuple(dict.fromkeys(m for m in (*methods, *(("attention",) if FLOW in methods
                                                       else ())) if m != FLOW))

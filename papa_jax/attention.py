@@ -166,7 +166,7 @@ def as_static_heads(static_heads: Any) -> StaticHeads | None:
     raise ValueError(
         "static_heads must be a boolean [layers, heads] array, got "
         f"dtype {arr.dtype} and shape {arr.shape}."
-    )
+    )  # caller's argument
   return tuple(tuple(bool(v) for v in row) for row in arr)
 
 
@@ -286,24 +286,26 @@ class AttentionOverride:
       got = np.asarray(self.static_heads).shape
       if got != (num_layers, num_heads):
         raise ValueError(f"static_heads has shape {got}; this model expects "
-                         f"[layers, heads] = {(num_layers, num_heads)}.")
+                         f"[layers, heads] = {(num_layers, num_heads)}.")  # caller's argument
     if need_constants and self.constants is None:
-      raise ValueError("Static or gated heads need `constants`.")
+      raise ValueError("Static or gated heads need `constants`.")  # caller's argument
     if self.constants is not None and need_constants:
       want = (num_layers, num_heads, seq_len, seq_len)
       if tuple(self.constants.shape) != want:
+        # caller's argument
         raise ValueError(f"constants have shape {tuple(self.constants.shape)}; this model "
                          f"and input length expect [layers, heads, L, L] = {want}.")
     if self.gate_logits is not None:
       if self.num_static:
-        raise ValueError("gate_logits cannot be combined with static heads.")
+        raise ValueError("gate_logits cannot be combined with static heads.")  # caller's argument
       if tuple(self.gate_logits.shape) != (num_layers, num_heads):
+        # caller's argument
         raise ValueError(f"gate_logits have shape {tuple(self.gate_logits.shape)}; "
                          f"expected [layers, heads] = {(num_layers, num_heads)}.")
     for iv in self.interventions:
       if getattr(iv, "site", None) not in SITES or not callable(iv):
         raise ValueError(f"{iv!r} is not an intervention: it needs a `site` in {SITES} and "
-                         "a __call__ (see papa_jax/interventions.py).")
+                         "a __call__ (see papa_jax/interventions.py).")  # caller's argument
       check = getattr(iv, "validate", None)
       if check is not None:
         check(num_layers=num_layers, num_heads=num_heads, seq_len=seq_len, batch=batch)

@@ -37,6 +37,7 @@ def flow(mats: np.ndarray, *, scale: int = SCALE) -> np.ndarray:
   mats = np.asarray(mats, np.float64)
   layers, n = mats.shape[0], mats.shape[-1]
   if mats.shape != (layers, n, n):
+    # caller's argument
     raise ValueError(f"attention flow needs [layers, n, n] matrices; got {mats.shape}")
   if n > LIMIT:
     warnings.warn(f"attention flow on {n} tokens: {n * n} max-flow solves on "

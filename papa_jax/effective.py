@@ -55,17 +55,18 @@ def range_basis(T: Array, key_mask: Array | None = None, *, rtol: float | None =
     `(U [..., nk, k], info)` with k = min(nk, d).
   """
   if T.dtype in (jnp.bfloat16, jnp.float16):
-    raise ValueError("Factorise in float32 or float64, not in half precision.")
+    raise ValueError("Factorise in float32 or float64, not in half precision.")  # caller's argument
   nk, d = T.shape[-2:]
   if key_mask is None:
     n_valid = jnp.full(T.shape[:-2], nk)
   else:
     if key_mask.shape != T.shape[:-1]:
+      # caller's argument
       raise ValueError(f"key_mask shape {key_mask.shape} does not match T's {T.shape[:-1]}.")
     T = jnp.where(key_mask[..., None], T, 0)
     n_valid = jnp.sum(key_mask, axis=-1)
   if method not in ("qr_svd", "svd"):
-    raise ValueError(f"Unknown method {method!r}; use 'qr_svd' or 'svd'.")
+    raise ValueError(f"Unknown method {method!r}; use 'qr_svd' or 'svd'.")  # caller's argument
   if T.ndim > 2 and jax.default_backend() == "cpu":
     # One matrix per LAPACK call: jaxlib fans a batched call out over the
     # intra-op thread pool, which deadlocks when several (virtual) CPU devices
@@ -101,7 +102,7 @@ def effective_attention(A: Array, T: Array, key_mask: Array | None = None,
   """
   if A.shape[:-2] != T.shape[:-2] or A.shape[-1] != T.shape[-2]:
     raise ValueError(f"A {A.shape} and T {T.shape} do not match: need A [..., nq, nk] "
-                     "and T [..., nk, d] with the same leading axes.")
+                     "and T [..., nk, d] with the same leading axes.")  # caller's argument
   dtype = jnp.promote_types(A.dtype, jnp.float32)
   A, T = A.astype(dtype), T.astype(dtype)
   u, info = range_basis(T, key_mask, rtol=rtol, method=method)

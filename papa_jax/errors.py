@@ -43,3 +43,8 @@ class IncompleteWorkdir(WorkdirError, FileNotFoundError):
 
 class TrainingDiverged(PapaError, FloatingPointError):
   """A probe whose loss became NaN or infinite; the message names the step and the remedy."""
+
+
+class ResultFileError(PapaError, ValueError):
+  """A workdir's output file that cannot be what its name says (a shape, a format, an older
+  version's layout); the message names the file and the stage to rerun."""

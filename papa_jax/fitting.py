@@ -24,6 +24,7 @@ from papa_jax.data.preprocess import IGNORE
 from papa_jax.progress import Progress
 from papa_jax.train import (FitConfig, FrozenEncoder, TrainState, init_state, make_eval_step,
                             make_group_step, make_train_step, take)
+from papa_jax.errors import TrainingDiverged
 
 
 def resident_table(data, mesh) -> dict | None:
@@ -323,7 +324,7 @@ def _check_finite(losses: list, names: list[str], epoch: int, offset: int,
   for name, v in zip(names, values):
     bad = np.flatnonzero(~np.isfinite(v))
     if len(bad):
-      raise FloatingPointError(
+      raise TrainingDiverged(
           f"{name}: the training loss became {v[bad[0]]} at step "
           f"{epoch * steps_per_epoch + offset + int(bad[0]) + 1} (step {offset + int(bad[0]) + 1}"
           f" of epoch {epoch + 1}); stopping. Lower the learning rate or check the inputs.")

@@ -52,6 +52,7 @@ def _rows(x):
 def _check_rows(name: str, arr, batch: int | None) -> None:
   shape = tuple(np.shape(arr))
   if len(shape) != 1 or (batch is not None and shape[0] != batch):
+    # caller's argument
     raise ValueError(f"{name} has shape {shape}; expected [batch] = ({batch},).")
 
 
@@ -109,6 +110,7 @@ class HeadAblation:
 
   def __post_init__(self):
     if self.kind not in ABLATIONS:
+      # caller's argument
       raise ValueError(f"ablation kind {self.kind!r}; choose one of {ABLATIONS}.")
     object.__setattr__(self, "layers", _rows(self.layers))
     object.__setattr__(self, "heads", _rows(self.heads))
@@ -122,7 +124,7 @@ class HeadAblation:
       if self.constants is None or tuple(self.constants.shape) != want:
         got = None if self.constants is None else tuple(self.constants.shape)
         raise ValueError(f"HeadAblation('constant') needs constants of shape [layers, heads, "
-                         f"L, L] = {want}; got {got}.")
+                         f"L, L] = {want}; got {got}.")  # caller's argument
 
   def __call__(self, x: Array, *, layer: int, mask: Array, values: Array | None) -> Array:
     heads = jnp.where(jnp.asarray(self.layers) == layer, jnp.asarray(self.heads, jnp.int32), -1)
@@ -194,7 +196,7 @@ class HeadMask:
     if shape[-2:] != (num_layers, num_heads) or len(shape) not in (2, 3) or (
         len(shape) == 3 and batch is not None and shape[0] != batch):
       raise ValueError(f"HeadMask.scale has shape {shape}; expected [layers, heads] = "
-                       f"{(num_layers, num_heads)} or [batch, layers, heads].")
+                       f"{(num_layers, num_heads)} or [batch, layers, heads].")  # caller's argument
 
   def __call__(self, x: Array, *, layer: int, mask: Array, values: Array | None) -> Array:
     del mask, values

@@ -4,6 +4,7 @@ Entity-level scores follow seqeval's default (conlleval) chunking of IOB tags.
 """
 
 from __future__ import annotations
+from papa_jax.errors import ConfigError
 
 from typing import Sequence
 
@@ -114,7 +115,7 @@ def classification_scores(metrics: Sequence[str], pred, label) -> dict:
     elif m == "spearman":
       out[m] = spearman(pred, label)
     else:
-      raise ValueError(f"Unknown metric {m!r}.")
+      raise ConfigError(f"Unknown metric {m!r}.")
   return out
 
 

@@ -36,6 +36,7 @@ import jax.numpy as jnp
 from papa_jax.models.capture import Capture, LayerIntermediates
 from papa_jax.models.config import EncoderConfig
 from papa_jax.models.encoder import activation
+from papa_jax.errors import ConfigError
 
 Array = jax.Array
 CAPTURE = Capture(probs=True, transformed_values=True, head_outputs=True, attention_output=True,
@@ -54,7 +55,7 @@ def check_decomposable(config: EncoderConfig) -> None:
   the MLP's); dense or gated MLPs and absent biases (zeros) are exact.
   """
   if config.norm_placement != "post":
-    raise ValueError(f"Context mixing decomposes post-LayerNorm layers (LN1 on x + attention, "
+    raise ConfigError(f"Context mixing decomposes post-LayerNorm layers (LN1 on x + attention, "
                      f"LN2 on h + MLP); this {config.family or 'model'} has norm_placement="
                      f"{config.norm_placement!r}: not implemented (the numbers would be wrong).")
 
@@ -106,13 +107,13 @@ def metric(t: LayerTerms, kind: str):
   """The linear map K of a kind (applied to vectors `[..., D]`) and its scale `[B, N]`."""
   if kind in ("attn", "attnres") or not t.ln:  # Without LN (hand-made tests): identity.
     if kind not in KINDS:
-      raise ValueError(f"kind {kind!r}; choose one of {KINDS}.")
+      raise ValueError(f"kind {kind!r}; choose one of {KINDS}.")  # caller's argument
     return (lambda w: w), jnp.ones_like(t.s1)
   if kind == "attnresln":
     return (lambda w: t.gamma1 * _center(w)), t.s1
   if kind == "enc":
     return (lambda w: t.gamma2 * _center(t.gamma1 * _center(w))), t.s1 * t.s2
-  raise ValueError(f"kind {kind!r}; choose one of {KINDS}.")
+  raise ValueError(f"kind {kind!r}; choose one of {KINDS}.")  # caller's argument
 
 
 def head_norms(t: LayerTerms) -> Array:

@@ -17,6 +17,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 from papa_jax import preemption
 from papa_jax.data import pipeline
 from papa_jax.progress import Progress
+from papa_jax.errors import ConfigError
 
 DATA = "data"
 
@@ -57,9 +58,9 @@ def make_mesh(num_devices: int = -1) -> Mesh:
   devices = jax.devices()
   if num_devices > 0:
     if num_devices > len(devices):
-      raise ValueError(f"mesh.num_devices={num_devices} but only {len(devices)} devices exist.")
+      raise ConfigError(f"mesh.num_devices={num_devices} but only {len(devices)} devices exist.")
     if jax.process_count() > 1 and num_devices != len(devices):
-      raise ValueError("Multi-process runs must use every device (mesh.num_devices=-1).")
+      raise ConfigError("Multi-process runs must use every device (mesh.num_devices=-1).")
     devices = devices[:num_devices]
   return Mesh(np.asarray(devices), (DATA,))
 
@@ -147,7 +148,7 @@ def map_batches(fn: Callable[[dict], Any], data, *, batch_size: int, mesh: Mesh,
     global batch.
   """
   if batch_size % mesh.size:
-    raise ValueError(f"Global batch {batch_size} is not divisible by the mesh's {mesh.size} "
+    raise ConfigError(f"Global batch {batch_size} is not divisible by the mesh's {mesh.size} "
                      "devices.")
   total = pipeline.num_rows(data)
   prog = Progress(desc, total, every=every, start=min(start * batch_size, total)) if desc else None

@@ -16,6 +16,7 @@ in 2 of 3 tries and never stopped.)
 """
 
 from __future__ import annotations
+from papa_jax.errors import ConfigError
 
 import itertools
 import signal
@@ -57,7 +58,7 @@ def set_check_every(every: int) -> None:
   """With several processes, agree on stopping at every `every`-th check (>= 1)."""
   global _every
   if every < 1:
-    raise ValueError(f"preemption_check_every={every}: must be >= 1.")
+    raise ConfigError(f"preemption_check_every={every}: must be >= 1.")
   _every = int(every)
 
 

@@ -20,6 +20,7 @@ def head_rank_agreement(x: np.ndarray, y: np.ndarray, *, n_perm: int = 2000,
   """
   x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
   if x.shape != y.shape or x.ndim != 2:
+    # caller's argument
     raise ValueError(f"head scores must both be [layers, heads]; got {x.shape} and {y.shape}")
   out = dict(rho=None, p_value=None, p_within_layers=None, heads=int(x.size),
              permutations=n_perm)

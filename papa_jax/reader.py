@@ -20,6 +20,7 @@ from papa_jax import config_schema, storage, workdir
 from papa_jax.layout import Layout
 from papa_jax.papa import means as means_lib
 from papa_jax.papa import schedule
+from papa_jax.errors import IncompleteWorkdir, ResultFileError
 
 @dataclasses.dataclass
 class FinishedWorkdir:
@@ -66,7 +67,7 @@ def read_workdir(path: str, *, with_means: bool = True) -> FinishedWorkdir:
   """Reads a finished workdir (`config.json` at least); see `FinishedWorkdir`."""
   layout = Layout(path)
   if not storage.exists(layout.config):
-    raise FileNotFoundError(f"{layout.config} does not exist: {path} is not a finished "
+    raise IncompleteWorkdir(f"{layout.config} does not exist: {path} is not a finished "
                             "workdir.")
   out = FinishedWorkdir(layout, config_schema.migrate(workdir.read_json(layout.config)))
   if storage.exists(layout.results()):
@@ -76,14 +77,14 @@ def read_workdir(path: str, *, with_means: bool = True) -> FinishedWorkdir:
                  if storage.exists(layout.means(v))}
     shapes = {v: m.avgs.shape for v, m in out.means.items()}
     if len(set(shapes.values())) > 1:
-      raise ValueError(f"Means files of different shapes in {path}: {shapes}.")
+      raise ResultFileError(f"Means files of different shapes in {path}: {shapes}.")
   if storage.exists(layout.ranking):
     out.lambdas = (np.load(storage.readable(layout.lambdas))
                    if storage.exists(layout.lambdas) else None)
     shape = _heads_shape(out)
     out.ranking = schedule.load_ranking(layout.ranking, *shape)
     if out.lambdas is not None and out.lambdas.shape != shape:
-      raise ValueError(f"{layout.lambdas} has shape {out.lambdas.shape}; expected {shape}.")
+      raise ResultFileError(f"{layout.lambdas} has shape {out.lambdas.shape}; expected {shape}.")
   for path in sorted(storage.glob(layout.ordering("*"))):
     saved = workdir.read_json(path)
     if out.ranking is not None or out.means:

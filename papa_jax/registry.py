@@ -32,6 +32,7 @@ def plan(name: str) -> tuple[Stage, ...]:
 
   def visit(n: str, path: tuple[str, ...]) -> None:
     if n in path:
+      # internal check
       raise ValueError(f"Stages need each other in a cycle: {' -> '.join(path + (n,))}.")
     if n in order:
       return

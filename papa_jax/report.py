@@ -33,6 +33,7 @@ from papa_jax import (rank_agreement, report_claims, report_controls, report_fig
                       storage, uncertainty, workdir)
 from papa_jax.data.tasks import Task
 from papa_jax.report_markdown import csv_rows, fraction_label, jsonable, markdown, number
+from papa_jax.errors import ConfigError
 
 PAPER_CLAIMS = (
     "All heads constant: about 8% average relative drop (Hassid et al. 2022).",
@@ -309,7 +310,7 @@ def analyse(experiments: Sequence[Experiment], *, n_boot: int = uncertainty.N_BO
   """Everything in the report, JSON-ready (NaN where undefined)."""
   names = [(e.model, e.task.name) for e in experiments]
   if len(set(names)) != len(names):
-    raise ValueError(f"Duplicate (model, task) experiments: {names}.")
+    raise ConfigError(f"Duplicate (model, task) experiments: {names}.")
   done = [_analyse(e, n_boot, seed, level) for e in experiments]
   controls = [c for e in experiments for c in [report_controls.analyse(
       e, rng_seed=task_seed(seed, e.task.name), n_boot=n_boot, level=level)] if c is not None]

@@ -30,6 +30,7 @@ def splice(text: str, block: str, source: str = "README") -> str:
   """`text` with everything between the markers replaced by `block`."""
   i, j = text.find(BEGIN), text.find(END)
   if i < 0 or j < i or text.count(BEGIN) != 1 or text.count(END) != 1:
+    # internal check
     raise ValueError(f"{source} must hold one {BEGIN} line followed by one {END} line.")
   return text[:i + len(BEGIN)] + "\n" + block + text[j:]
 

@@ -103,6 +103,7 @@ def rank_correlation(x, y, x_reps, y_reps, *, level: float = 0.95,
   x_reps, y_reps = np.asarray(x_reps, np.float64), np.asarray(y_reps, np.float64)
   n = int(x.size)
   if x_reps.shape != y_reps.shape or x_reps.shape[1:] != (n,) or y.shape != (n,):
+    # caller's argument
     raise ValueError(f"rank_correlation: x {x.shape}, y {y.shape}, x_reps {x_reps.shape} and "
                      f"y_reps {y_reps.shape} must be [n] and [B, n] with one n.")
   out = dict(n=n, n_min=n_min, rho=None, ci=None, verdict="not tested",

@@ -63,11 +63,12 @@ class Stage:
   def __post_init__(self):
     bad = [v for v in self.inputs if v not in VIEWS]
     if bad:
+      # internal check
       raise ValueError(f"Stage {self.name!r}: inputs {bad} are not among {VIEWS}.")
     unknown = set(self.groups) - set(config_schema.RESULT_GROUPS)
     if unknown:
       raise ValueError(f"Stage {self.name!r}: groups {sorted(unknown)} are not result groups "
-                       f"of the config ({config_schema.RESULT_GROUPS}).")
+                       f"of the config ({config_schema.RESULT_GROUPS}).")  # internal check
 
 
 class Setup:

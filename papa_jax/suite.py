@@ -29,7 +29,7 @@ from papa_jax import reader, report, results, run, storage, uncertainty
 from papa_jax import workdir as workdir_lib
 from papa_jax import data as data_lib
 from papa_jax.convert import MODEL_KEYS, short_name
-from papa_jax.errors import ConfigError
+from papa_jax.errors import ConfigError, ResultFileError
 from papa_jax.layout import Layout
 
 CELL_SEPARATOR = "__"
@@ -123,9 +123,9 @@ def load_experiment(path: str, model: str | None = None) -> report.Experiment:
     task = data_lib.get_task(cfg.data.task)
   rows = wd.rows
   if not rows:
-    raise ValueError(f"{wd.layout.results()} has no probing runs to report on.")
+    raise ResultFileError(f"{wd.layout.results()} has no probing runs to report on.")
   if any("seed" not in r for r in rows):
-    raise ValueError(f"{wd.layout.results()}: rows without a 'seed' field come from papa-jax "
+    raise ResultFileError(f"{wd.layout.results()}: rows without a 'seed' field come from papa-jax "
                      "before per-seed results and predictions; rerun the experiment with "
                      "this version to compare or report it.")
   predictions: dict = {}

@@ -63,7 +63,7 @@ def seed_summary(scores: Sequence[float]) -> dict:
   """
   x = np.asarray(list(scores), np.float64)
   if x.size == 0:
-    raise ValueError("seed_summary needs at least one score.")
+    raise ValueError("seed_summary needs at least one score.")  # caller's argument
   std = float(np.std(x, ddof=1)) if x.size > 1 else float("nan")
   return dict(mean=float(np.mean(x)), std=std, n=int(x.size))
 
@@ -71,6 +71,7 @@ def seed_summary(scores: Sequence[float]) -> dict:
 def _metric(task, metric: str | None) -> str:
   metric = metric or task.headline_metric
   if metric not in task.metrics:
+    # caller's argument
     raise ValueError(f"Task {task.name!r} has no metric {metric!r}; it has {task.metrics}.")
   return metric
 
@@ -81,7 +82,7 @@ def _stack(preds) -> np.ndarray:
     preds = [preds[s] for s in sorted(preds)]
   out = np.stack([np.asarray(p) for p in preds])
   if out.shape[0] == 0:
-    raise ValueError("No seeds given.")
+    raise ValueError("No seeds given.")  # caller's argument
   return out
 
 
@@ -131,6 +132,7 @@ def example_stats(task, labels: np.ndarray, pred: np.ndarray, metric: str | None
   metric = _metric(task, metric)
   labels, pred = np.asarray(labels), np.asarray(pred)
   if pred.shape != labels.shape:
+    # caller's argument
     raise ValueError(f"Predictions {pred.shape} and labels {labels.shape} differ in shape.")
   if task.kind == "tagging":
     return _tagging_stats(task, pred, labels, context)
@@ -148,7 +150,7 @@ def example_stats(task, labels: np.ndarray, pred: np.ndarray, metric: str | None
     out = np.zeros((len(labels), k * k), np.float64)
     out[np.arange(len(labels)), labels * k + pred] = 1.0
     return out
-  raise ValueError(f"Unknown metric {metric!r}.")
+  raise ValueError(f"Unknown metric {metric!r}.")  # caller's argument
 
 
 def aggregate(task, sums: np.ndarray, metric: str | None = None) -> np.ndarray:
@@ -185,7 +187,7 @@ def aggregate(task, sums: np.ndarray, metric: str | None = None) -> np.ndarray:
       correct = np.trace(c, axis1=-2, axis2=-1)
       denom = np.sqrt((n * n - (p * p).sum(-1)) * (n * n - (t * t).sum(-1)))
       return np.where(denom > 0, (correct * n - (t * p).sum(-1)) / denom, 0.0)
-  raise ValueError(f"Metric {metric!r} has no sufficient statistics.")
+  raise ValueError(f"Metric {metric!r} has no sufficient statistics.")  # caller's argument
 
 
 def _rowwise_pearson(x: np.ndarray, y: np.ndarray) -> np.ndarray:

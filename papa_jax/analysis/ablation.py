@@ -55,7 +55,7 @@ def make_ablated_logits(config: EncoderConfig, probe: nn.Module, kind: str, laye
   the unmodified encoder, constants [layers, H, L, L] or None)`.
   """
   if kind not in KINDS:
-    raise ValueError(f"ablation kind {kind!r}; choose one of {KINDS}.")
+    raise ValueError(f"ablation kind {kind!r}; choose one of {KINDS}.")  # caller's argument
   module = Encoder(config)
 
   def fn(frozen, batch):

@@ -111,6 +111,7 @@ def models_root() -> str:
 def model_dir(key: str, root: str | None = None) -> str:
   """The installed folder of ladder model `key`; ModelNotFound saying how to fetch it."""
   if key not in MODELS:
+    # caller's argument
     raise KeyError(f"Unknown fetchable model {key!r}; known: {sorted(MODELS)}.")
   path = os.path.join(root or models_root(), key)
   if not os.path.isfile(os.path.join(path, SOURCE_FILE)):
@@ -187,6 +188,7 @@ def fetch(key: str, root: str | None = None, cache: str | None = None,
           force: bool = False) -> str:
   """Installs ladder model `key` under `root`; returns its folder (kept if present)."""
   if key not in MODELS:
+    # caller's argument
     raise KeyError(f"Unknown fetchable model {key!r}; known: {sorted(MODELS)}.")
   root = root or models_root()
   final = os.path.join(root, key)

@@ -277,7 +277,7 @@ def _set(tree: dict, path: Iterable[str], value) -> None:
   for p in parents:
     tree = tree.setdefault(p, {})
   if leaf in tree:
-    raise ValueError(f"Two rules write {'/'.join(path)}.")
+    raise ValueError(f"Two rules write {'/'.join(path)}.")  # internal check
   tree[leaf] = value
 
 
@@ -338,6 +338,7 @@ def params_from_state_dict(c: EncoderConfig, state: Mapping[str, np.ndarray], *,
                      + "; ".join(bad[:10]) + (" ..." if len(bad) > 10 else ""))
   got = {path for path, _, _ in rules}
   if set(want) != got:
+    # internal check
     raise ValueError(f"Converted tree differs from the model: missing "
                      f"{sorted(set(want) - got)}, extra {sorted(got - set(want))}.")
   return params

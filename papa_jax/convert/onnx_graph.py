@@ -90,8 +90,8 @@ class Graph:
       out += self.direct_uses(n.output[0]) if n.op_type == "Identity" else [(n, i)]
     return out
 
-  def refuse(self, what: str) -> ValueError:
-    return ValueError(f"{self.source}: {what}")
+  def refuse(self, what: str) -> ModelFileError:
+    return ModelFileError(f"{self.source}: {what}")
 
 
 def attr(node, name: str, default: Any = None) -> Any:

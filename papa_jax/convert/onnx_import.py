@@ -311,11 +311,14 @@ def config_from_graph(g: Graph, state: dict[str, np.ndarray], name: str = "") ->
   acts = {_activation(g, i) for i in range(layers)}
   if len(acts) != 1:
     raise g.refuse(f"layers use different activations {sorted(acts)}.")
-  return EncoderConfig(
-      vocab_size=int(vocab), hidden_size=int(hidden), num_layers=layers, num_heads=int(heads),
-      intermediate_size=int(intermediate), max_position_embeddings=int(max_pos),
-      type_vocab_size=0 if types is None else int(types.shape[0]), hidden_act=acts.pop(),
-      layer_norm_eps=eps[0], family="bert", name=name)
+  try:
+    return EncoderConfig(
+        vocab_size=int(vocab), hidden_size=int(hidden), num_layers=layers, num_heads=int(heads),
+        intermediate_size=int(intermediate), max_position_embeddings=int(max_pos),
+        type_vocab_size=0 if types is None else int(types.shape[0]), hidden_act=acts.pop(),
+        layer_norm_eps=eps[0], family="bert", name=name)
+  except ValueError as e:  # EncoderConfig's own checks of what the graph gave.
+    raise g.refuse(str(e)) from None
 
 
 def read_onnx(path: str, name: str = "") -> tuple[EncoderConfig, dict[str, np.ndarray]]:

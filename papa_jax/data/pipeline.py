@@ -13,6 +13,7 @@ import jax
 import numpy as np
 
 from papa_jax.data.preprocess import IGNORE
+from papa_jax.errors import ConfigError
 
 
 def epoch_order(n: int, *, shuffle: bool, seed: int, epoch: int) -> np.ndarray:
@@ -73,7 +74,7 @@ def host_slice(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return batch
   size = len(batch["valid"])
   if size % n:
-    raise ValueError(f"Global batch {size} is not divisible by {n} processes.")
+    raise ConfigError(f"Global batch {size} is not divisible by {n} processes.")
   per = size // n
   return {k: v[p * per:(p + 1) * per] for k, v in batch.items()}
 

@@ -17,6 +17,7 @@ import numpy as np
 
 from papa_jax.data.errors import DataError
 from papa_jax.data.tasks import Task
+from papa_jax.errors import ConfigError
 
 IGNORE = -100  # Label of positions that are not scored (HF convention).
 
@@ -170,7 +171,7 @@ def encode(task: Task, records: list[dict], tokenizer, max_length: int, *,
            type_vocab_size: int = 2) -> Encoded:
   """Tokenizes records to `max_length` arrays (see module doc for the layout)."""
   if max_length < 4:
-    raise ValueError(f"max_length={max_length} is too short (need >= 4).")
+    raise ConfigError(f"max_length={max_length} is too short (need >= 4).")
   if not records:
     raise DataError(f"No {task.name} examples to encode.")
   if task.kind == "tagging":

@@ -138,7 +138,7 @@ def _show(value) -> str:
 
 def _reject_constant(name: str):
   # Python's json accepts NaN and Infinity, which RFC 8259 does not.
-  raise ValueError(f"{name} is not a JSON value")
+  raise ValueError(f"{name} is not a JSON value")  # internal check
 
 
 class _Unreadable(ValueError):

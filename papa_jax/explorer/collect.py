@@ -15,6 +15,7 @@ from papa_jax import data as data_lib
 from papa_jax import effective, reader, results
 from papa_jax.explorer import pack
 from papa_jax.models.encoder import Capture
+from papa_jax.errors import ConfigError
 
 # Per-head maps of the effective stage's stats.json, as (key, label); mass keys
 # are [layers, heads, categories] and become one map per category.
@@ -168,7 +169,7 @@ def mixing_maps(model, data, names: Sequence[str], batch_size: int = 8) -> dict[
     return {}
   bad = sorted(set(names) - set(MIXING_LABELS))
   if bad:
-    raise ValueError(f"Unknown context-mixing maps {bad}; choose from {tuple(MIXING_LABELS)}.")
+    raise ConfigError(f"Unknown context-mixing maps {bad}; choose from {tuple(MIXING_LABELS)}.")
   base = tuple(dict.fromkeys(n[:-len(ROLLOUT)] if n.endswith(ROLLOUT) else n for n in names))
   maps = api.context_mixing(model, data, base, batch_size=max(1, min(batch_size, len(data))),
                             rollout=any(n.endswith(ROLLOUT) for n in names))
@@ -183,12 +184,12 @@ def example_indices(examples: Sequence[int], max_examples: int, available: int) 
   chosen = [int(i) for i in examples]
   bad = [i for i in chosen if not 0 <= i < available]
   if bad:
-    raise ValueError(f"explore.examples {bad} outside the {available} dev examples.")
+    raise ConfigError(f"explore.examples {bad} outside the {available} dev examples.")
   if max_examples > 0 and len(chosen) > max_examples:
-    raise ValueError(f"explore.examples lists {len(chosen)} indices but "
+    raise ConfigError(f"explore.examples lists {len(chosen)} indices but "
                      f"explore.max_examples={max_examples}.")
   if len(set(chosen)) != len(chosen):
-    raise ValueError(f"explore.examples {chosen} repeats an index.")
+    raise ConfigError(f"explore.examples {chosen} repeats an index.")
   want = max(max_examples, len(chosen))
   i = 0
   while len(chosen) < want and i < available:

@@ -35,8 +35,9 @@ def quantize(x: np.ndarray, *, signed: bool) -> tuple[np.ndarray, np.ndarray]:
   """
   x = np.asarray(x, np.float64)
   if not np.all(np.isfinite(x)):
-    raise ValueError("Cannot quantise non-finite values.")
+    raise ValueError("Cannot quantise non-finite values.")  # internal check
   if not signed and x.size and x.min() < 0:
+    # internal check
     raise ValueError(f"Unsigned quantisation of a matrix with a negative entry ({x.min():g}).")
   levels = SIGNED_LEVELS if signed else UNSIGNED_LEVELS
   peak = np.abs(x).max(axis=(-2, -1)) if x.size else np.zeros(x.shape[:-2])

@@ -18,6 +18,7 @@ from papa_jax import config_schema, convert, reader, storage
 from papa_jax.explorer import collect, pack
 from papa_jax.papa import means as means_lib
 from papa_jax.papa import schedule
+from papa_jax.errors import IncompleteWorkdir, ResultFileError
 
 STATIC_FILES = ("explorer.html", "explorer.css", "draw.js", "explorer.js")
 QUANTIZATION = (
@@ -41,7 +42,8 @@ class ExplorerConfig:
     max_examples: examples stored in all: `examples`, then the following dev
       indices (for the search box); <= 0: exactly `examples`. Each costs about
       2 x layers x heads x n^2 bytes before compression (n real tokens).
-    output: file name under the workdir.
+    output: file name under the workdir, or an absolute path or URI elsewhere (where a
+      read-only workdir's page goes; `output_path`).
     mixing: per-layer context-mixing maps stored per example (`collect.MIXING_LABELS`,
       by `papa_jax.context_mixing`); () = none. Value zeroing is the costly one.
   """
@@ -71,7 +73,15 @@ def run(config, workdir: str) -> str:
   used = reader.read_workdir(workdir).config.get("model", {}).get("name", "")
   logging.info("explorer: %s", model_note(config.get("model", {}).get("name", ""), used))
   return write_explorer(workdir, examples=c.examples, max_examples=c.max_examples,
-                        path=os.path.join(workdir, c.output), mixing=c.mixing)
+                        path=output_path(workdir, c.output), mixing=c.mixing)
+
+
+def output_path(workdir: str, output: str) -> str:
+  """Where the page of `workdir` goes: `output` under it, or `output` itself if that is an
+  absolute path or a URI (`gs://...`)."""
+  if not storage.is_local(output) or os.path.isabs(output):
+    return output
+  return os.path.join(workdir, output)
 
 
 def model_note(asked: str, used: str) -> str:
@@ -90,10 +100,10 @@ def _check_model(model: convert.Pretrained, means: means_lib.Means, warnings: li
   layers, heads, L, _ = means.avgs.shape
   mc = model.config
   if (mc.num_layers, mc.num_heads) != (layers, heads):
-    raise ValueError(f"The model has {mc.num_layers}x{mc.num_heads} heads but the means "
+    raise ResultFileError(f"The model has {mc.num_layers}x{mc.num_heads} heads but the means "
                      f"have {layers}x{heads}.")
   if L > mc.max_length:
-    raise ValueError(f"The means have length {L}, over the model's {mc.max_length} positions.")
+    raise ResultFileError(f"The means have length {L}, over the model's {mc.max_length} positions.")
   want = means.metadata.get("model_fingerprint")
   if want and model.fingerprint != want:
     warnings.append("The model used for the examples is not the one the means were computed "
@@ -121,7 +131,7 @@ def payload(workdir: str, *, examples: Sequence[int] = ExplorerConfig.examples,
   wd = reader.read_workdir(workdir)
   cfg, means = wd.config, wd.means
   if not means:
-    raise FileNotFoundError(f"No means file under {workdir}/means: run the 'means' stage first.")
+    raise IncompleteWorkdir(f"No means file under {workdir}/means: run the 'means' stage first.")
   first = next(iter(means.values()))
   layers, heads, L, _ = first.avgs.shape
   meta_first = first.metadata
@@ -167,7 +177,7 @@ def render(data: dict[str, Any]) -> str:
   text = text.replace("<", "\\u003c")
   js = "\n".join(_static(n) for n in ("draw.js", "explorer.js"))
   if "</script" in js.lower():
-    raise ValueError("The explorer's JS must not contain '</script'.")
+    raise ValueError("The explorer's JS must not contain '</script'.")  # internal check
   parts = dict(CSS=_static("explorer.css"), JS=js, DATA=text,
                TITLE=f"PAPA explorer: {data['meta']['model']} / {data['meta']['task']}"
                .replace("&", "&amp;").replace("<", "&lt;"))

@@ -136,39 +136,45 @@ class EncoderConfig:
         ("mlp", self.mlp, MLPS),
     ):
       if value not in allowed:
+        # caller's argument
         raise ValueError(f"Unsupported {field}={value!r}; supported: {allowed}.")
     if not self.head_dim and self.hidden_size % self.num_heads:
       raise ValueError(
           f"hidden_size {self.hidden_size} is not a multiple of num_heads {self.num_heads}."
-      )
+      )  # caller's argument
     bad = set(self.pos_att_type) - {"c2p", "p2c"}
     if bad:
-      raise ValueError(f"Unknown pos_att_type entries {sorted(bad)}.")
+      raise ValueError(f"Unknown pos_att_type entries {sorted(bad)}.")  # caller's argument
     if self.relative_attention and self.attention != "disentangled":
-      raise ValueError("relative_attention needs attention='disentangled'.")
+      raise ValueError("relative_attention needs attention='disentangled'.")  # caller's argument
     if self.relative_attention and self.max_relative_positions < 1:
+      # caller's argument
       raise ValueError("relative_attention needs a resolved max_relative_positions >= 1.")
     if self.relative_bias_buckets:
       if self.attention != "dot":
-        raise ValueError("relative_bias_buckets needs attention='dot'.")
+        raise ValueError("relative_bias_buckets needs attention='dot'.")  # caller's argument
       if self.relative_bias_buckets < 4 or self.relative_bias_buckets % 2:
+        # caller's argument
         raise ValueError(f"relative_bias_buckets={self.relative_bias_buckets}: an even "
                          "number >= 4 is needed (half per sign, half of those exact).")
       if self.relative_bias_max_distance <= self.relative_bias_buckets // 4:
+        # caller's argument
         raise ValueError(f"relative_bias_max_distance={self.relative_bias_max_distance} "
                          f"must exceed the exact offsets ({self.relative_bias_buckets // 4}).")
 
     if self.local_window < 0 or self.global_every < 1:
       raise ValueError(f"local_window={self.local_window} must be >= 0 and "
-                       f"global_every={self.global_every} >= 1.")
+                       f"global_every={self.global_every} >= 1.")  # caller's argument
     if self.rotary_theta < 0 or self.rotary_theta_local < 0:
       raise ValueError(f"rotary_theta={self.rotary_theta} and rotary_theta_local="
-                       f"{self.rotary_theta_local} must be >= 0 (0: none).")
+                       f"{self.rotary_theta_local} must be >= 0 (0: none).")  # caller's argument
     if self.rotary_theta and self.dim_per_head % 2:
+      # caller's argument
       raise ValueError(f"Rotary positions need an even head dimension, not {self.dim_per_head}.")
     if (self.rotary_theta or self.local_window) and self.attention != "dot":
-      raise ValueError("rotary_theta and local_window need attention='dot'.")
+      raise ValueError("rotary_theta and local_window need attention='dot'.")  # caller's argument
     if self.rotary_theta_local and not self.rotary_theta:
+      # caller's argument
       raise ValueError("rotary_theta_local needs rotary_theta (the global layers' base).")
 
   def _check_numbers(self) -> None:
@@ -180,9 +186,10 @@ class EncoderConfig:
     for field, least in sizes.items():
       value = getattr(self, field)
       if not isinstance(value, numbers.Integral) or isinstance(value, bool):
+        # caller's argument
         raise ValueError(f"{field}={value!r} ({type(value).__name__}) must be an integer.")
       if least is not None and value < least:
-        raise ValueError(f"{field}={value} must be >= {least}.")
+        raise ValueError(f"{field}={value} must be >= {least}.")  # caller's argument
     rates = dict(layer_norm_eps=(0.0, math.inf), hidden_dropout=(0.0, 1.0),
                  attention_dropout=(0.0, 1.0), probe_dropout=(0.0, 1.0))
     for field, (low, high) in rates.items():
@@ -191,7 +198,7 @@ class EncoderConfig:
           math.isfinite(value) and (low < value if field == "layer_norm_eps" else low <= value)
           and value < high):
         span = "a finite number > 0" if field == "layer_norm_eps" else f"in [{low}, {high})"
-        raise ValueError(f"{field}={value!r} must be {span}.")
+        raise ValueError(f"{field}={value!r} must be {span}.")  # caller's argument
 
   def is_local(self, layer: int) -> bool:
     """Whether `layer` attends within `local_window` (False: every key)."""

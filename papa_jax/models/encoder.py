@@ -269,7 +269,7 @@ class TransformerLayer(nn.Module):
     pre = c.norm_placement == "pre"
     if pre and capture.layer_norms:
       raise ValueError("Capture(layer_norms=True) records post-LayerNorm sums; this model "
-                       "has norm_placement='pre' (pre-LayerNorm layers, e.g. ModernBERT).")
+                       "has norm_placement='pre' (e.g. ModernBERT).")  # caller's argument
     a_in = x
     if pre and (self.layer_index or c.first_attention_norm):
       a_in = layer_norm(c, "attention_norm")(x)
@@ -360,18 +360,18 @@ class Encoder(nn.Module):
     hidden states, e.g. cached), and the outputs cover layers from there on."""
     c = self.config
     if input_ids.ndim != 2:
-      raise ValueError(f"input_ids must be [batch, length], got {input_ids.shape}.")
+      raise ValueError(  # caller's argument
+          f"input_ids must be [batch, length], got {input_ids.shape}.")
     seq_len = input_ids.shape[1]
     if seq_len > c.max_length:
       raise ValueError(f"Input length {seq_len} exceeds this model's maximum of {c.max_length} "
-                       f"positions (max_position_embeddings={c.max_position_embeddings}).")
+                       f"positions (max_position_embeddings={c.max_position_embeddings})."
+                       )  # caller's argument
     if attention_mask is None:
       attention_mask = jnp.ones_like(input_ids)
     if attention_mask.shape != input_ids.shape:
-      raise ValueError(
-          f"attention_mask shape {attention_mask.shape} does not match "
-          f"input_ids shape {input_ids.shape}."
-      )
+      raise ValueError(f"attention_mask shape {attention_mask.shape} does not match "
+                       f"input_ids shape {input_ids.shape}.")  # caller's argument
     mask = attention_mask.astype(bool)
     capture = dataclasses.replace(capture or Capture(),
                                   probs=(capture and capture.probs) or capture_attention,
@@ -381,7 +381,8 @@ class Encoder(nn.Module):
 
     if start_layer:
       if start_hidden is None:
-        raise ValueError("start_layer > 0 needs start_hidden, that layer's input.")
+        raise ValueError("start_layer > 0 needs start_hidden, that layer's input."
+                         )  # caller's argument
       h = start_hidden
     else:
       h = Embeddings(c, name="embeddings")(

@@ -37,7 +37,7 @@ from papa_jax import features as features_lib
 from papa_jax import runner
 from papa_jax.data import pipeline
 from papa_jax.papa import constants
-from papa_jax.errors import PapaError
+from papa_jax.errors import ConfigError, PapaError
 from papa_jax.layout import RELATIVE
 from papa_jax.models.config import EncoderConfig
 from papa_jax.models.encoder import DTYPES, Capture
@@ -68,7 +68,7 @@ class AttentionSums:
 
   def __post_init__(self):
     if self.attention not in ATTENTION_KINDS:
-      raise ValueError(f"means attention must be one of {ATTENTION_KINDS}, not "
+      raise ConfigError(f"means attention must be one of {ATTENTION_KINDS}, not "
                        f"{self.attention!r}.")
 
   @property

@@ -27,6 +27,7 @@ import numpy as np
 from papa_jax import config_schema, storage, workdir
 from papa_jax.papa import means, schedule
 from papa_jax.stage import Setup
+from papa_jax.errors import IncompleteWorkdir
 
 # Which end of each score is constant-like ("ascending": low scores first).
 DIRECTIONS = {"entropy": "descending", "variance": "ascending", "kl": "ascending",
@@ -86,6 +87,6 @@ def load(setup: Setup, name: str) -> list[list[int]] | None:
         path) else None
   path = setup.layout.ordering(name)
   if not storage.exists(path):
-    raise FileNotFoundError(f"{path} does not exist; run the 'orderings' stage first.")
+    raise IncompleteWorkdir(f"{path} does not exist; run the 'orderings' stage first.")
   return schedule.check_ranking(workdir.read_json(path)["ranking"], mc.num_layers,
                                 mc.num_heads, path)

@@ -9,6 +9,7 @@ import numpy as np
 
 from papa_jax import storage, workdir
 from papa_jax.layout import Layout
+from papa_jax.errors import ConfigError, IncompleteWorkdir, ResultFileError
 
 PAPER_FRACTIONS = (0.0, 0.5, 0.875, 0.9375, 1.0)
 
@@ -20,7 +21,7 @@ def static_head_counts(total_heads: int, fractions: Sequence[float]) -> list[int
   """
   bad = [f for f in fractions if not 0.0 <= float(f) <= 1.0]
   if bad:
-    raise ValueError(f"papa.fractions must lie in [0, 1]; got {bad}.")
+    raise ConfigError(f"papa.fractions must lie in [0, 1]; got {bad}.")
   return sorted({int(np.floor(float(f) * total_heads + 1e-9)) for f in fractions})
 
 
@@ -44,12 +45,12 @@ def head_mask_from_ranking(ranking: Sequence[Sequence[int]], k: int, num_layers:
                            num_heads: int) -> np.ndarray:
   """Boolean `[layers, heads]` marking the first k `(layer, head)` pairs."""
   if not 0 <= k <= len(ranking):
-    raise ValueError(f"k={k} outside [0, {len(ranking)}].")
+    raise ValueError(f"k={k} outside [0, {len(ranking)}].")  # caller's argument
   mask = np.zeros((num_layers, num_heads), dtype=bool)
   for layer, head in ranking[:k]:
     if not (0 <= layer < num_layers and 0 <= head < num_heads):
       raise ValueError(f"Head ({layer}, {head}) does not exist in a model with "
-                       f"{num_layers} layers and {num_heads} heads.")
+                       f"{num_layers} layers and {num_heads} heads.")  # caller's argument
     mask[layer, head] = True
   return mask
 
@@ -74,12 +75,12 @@ def save_ranking(layout: Layout, lambdas: np.ndarray) -> str:
 def load_ranking(path: str, num_layers: int, num_heads: int) -> list[list[int]]:
   """Reads `sorted_heads.json`, checking it is a permutation of this model's heads."""
   if not storage.exists(path):
-    raise FileNotFoundError(f"{path} does not exist; run the 'sort' stage first.")
+    raise IncompleteWorkdir(f"{path} does not exist; run the 'sort' stage first.")
   try:
     with storage.open(path) as f:
       ranking = json.load(f)
   except json.JSONDecodeError as e:
-    raise ValueError(f"{path} is not valid JSON ({e}); rerun the 'sort' stage.") from e
+    raise ResultFileError(f"{path} is not valid JSON ({e}); rerun the 'sort' stage.") from e
   return check_ranking(ranking, num_layers, num_heads, path)
 
 
@@ -88,5 +89,6 @@ def check_ranking(ranking, num_layers: int, num_heads: int, where: str) -> list[
   pairs = {tuple(p) for p in ranking}
   want = {(l, h) for l in range(num_layers) for h in range(num_heads)}
   if len(ranking) != len(want) or pairs != want:
-    raise ValueError(f"{where} is not a ranking of this model's {num_layers}x{num_heads} heads.")
+    raise ResultFileError(f"{where} is not a ranking of this model's {num_layers}x{num_heads} "
+                          "heads.")
   return [list(p) for p in ranking]
