@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import papa_jax as pj
-from papa_jax import tokenization
+from papa_jax import errors, tokenization
 from papa_jax.convert import hf_config, onnx_import
 from tests import hf_oracle, testing
 
@@ -184,7 +184,7 @@ def test_load_onnx_folder_tokenizer_and_fingerprint(tiny, tmp_path):
   assert a.fingerprint != pj.load_pretrained(str(tiny / "zero_bias.onnx"),
                                              tokenizer_dir=tok_dir).fingerprint
   shutil.copy(tiny / "named.onnx", folder / "second.onnx")
-  with pytest.raises(ValueError, match="several ONNX files"):
+  with pytest.raises(errors.ModelFileError, match="several ONNX files"):
     pj.load_pretrained(str(folder))
 
 
@@ -240,7 +240,7 @@ def _reshape_weight(graph):
      r"layer_1.*output.*kernel.*checkpoint \(90, 64\) vs config \(96, 64\)"),
 ])
 def test_invalid_graph_is_refused_by_name(tiny, tmp_path, edit, style, match):
-  with pytest.raises(ValueError, match=match):
+  with pytest.raises(errors.ModelFileError, match=match):
     pj.load_pretrained(_mutated(tiny, tmp_path, edit, style))
 
 
@@ -268,9 +268,9 @@ def test_convert_heads_from_reshapes_or_score_scale(tiny, tmp_path):
     return onnx_import.read_onnx(_mutated(tiny, tmp_path, lambda g: [e(g) for e in edits],
                                           "anonymous"))[0]
   assert read().num_heads == read(_opaque_head_reshapes).num_heads == 4
-  with pytest.raises(ValueError, match=r"4 heads x 16 .* score scales 1/sqrt\(\[10.0, 16.0\]"):
+  with pytest.raises(errors.ModelFileError, match=r"4 heads x 16 .* score scales 1/sqrt\(\[10.0, 16.0\]"):
     read(_scale(10 ** -0.5))
-  with pytest.raises(ValueError, match="cannot tell the number of heads"):
+  with pytest.raises(errors.ModelFileError, match="cannot tell the number of heads"):
     read(_opaque_head_reshapes, _scale(1.0))
 
 
@@ -293,17 +293,17 @@ def test_convert_hf_named_weights_need_no_node_names(tiny, tmp_path):
 @pytest.mark.unit
 def test_invalid_decoder_quantised_truncated_and_missing_onnx(tiny, tmp_path, monkeypatch):
   from onnxruntime.quantization import QuantType, quantize_dynamic
-  with pytest.raises(ValueError, match=r"'bert.wte.weight' \[99, 32\] has no Hugging Face "
+  with pytest.raises(errors.ModelFileError, match=r"'bert.wte.weight' \[99, 32\] has no Hugging Face "
                      "name and its consumer Gather '/bert/wte/Gather' names no BERT module"):
     pj.load_pretrained(str(tiny / "gpt2.onnx"))
   quant = tmp_path / "int8.onnx"
   quantize_dynamic(str(tiny / "anonymous.onnx"), str(quant), weight_type=QuantType.QInt8)
-  with pytest.raises(ValueError, match="quantised"):
+  with pytest.raises(errors.ModelFileError, match="quantised"):
     pj.load_pretrained(str(quant))
   cut = tmp_path / "cut.onnx"
   data = (tiny / "anonymous.onnx").read_bytes()
   cut.write_bytes(data[:len(data) // 2])
-  with pytest.raises(ValueError, match=f"Could not read ONNX file {cut}"):
+  with pytest.raises(errors.ModelFileError, match=f"Could not read ONNX file {cut}"):
     pj.load_pretrained(str(cut))
   with pytest.raises(FileNotFoundError, match="does not exist"):
     pj.load_pretrained(str(tmp_path / "absent.onnx"))
