@@ -35,7 +35,7 @@ from typing import Any, Iterator
 from absl import logging
 
 from papa_jax import storage
-from papa_jax.errors import ConfigError
+from papa_jax.errors import ConfigError, StorageError
 
 
 class WorkdirLocked(ConfigError):
@@ -51,9 +51,12 @@ def _now() -> str:
 
 
 def read(path: str) -> dict[str, Any] | None:
-  """The lease at `path`, or None (no lease, or an unreadable one: treated as stale)."""
+  """The lease at `path`, or None (no lease, or an unreadable one: treated as stale); a
+  store that cannot be reached raises its `StorageError`."""
   try:
     return json.loads(storage.read_text(path))
+  except StorageError:
+    raise
   except (OSError, ValueError):
     return None
 
