@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import errno
 import fcntl
 import hashlib
 import json
@@ -27,7 +28,7 @@ import ml_collections
 from absl import logging
 
 from papa_jax import attention, config_schema, cpu_tuning, input_files, lease, storage
-from papa_jax.errors import ConfigError
+from papa_jax.errors import ConfigError, StorageError, WorkdirError
 from papa_jax.layout import RESULT_FILES, Layout
 from papa_jax.lease import WorkdirLocked  # noqa: F401 (the error `lock` raises)
 
@@ -65,14 +66,54 @@ def bound_groups(workdir: str, finished: Mapping[str, tuple[str, ...]]) -> set[s
   return groups
 
 
+# What `open` or `mkdir` answer in a folder that cannot be written (a read-only mount, or
+# another user's folder).
+NOT_WRITABLE = (errno.EROFS, errno.EACCES, errno.EPERM)
+
+
+def read_only(workdir: str) -> str | None:
+  """Why the existing local folder `workdir` cannot be written ('on a read-only mount
+  (EROFS)', ...), or None: writable, absent, or on object storage (not checked here)."""
+  if not storage.is_local(workdir) or not os.path.isdir(workdir):
+    return None
+  if os.access(workdir, os.W_OK):
+    return None
+  return _not_writable(workdir, errno.EROFS if os.statvfs(workdir).f_flag & os.ST_RDONLY
+                       else errno.EACCES)
+
+
+def _not_writable(workdir: str, code: int) -> str:
+  return ("on a read-only mount (EROFS)" if code == errno.EROFS else
+          f"not writable by this user ({errno.errorcode.get(code, code)})")
+
+
+def read_only_error(workdir: str, why: str) -> WorkdirError:
+  """The error of a command that must write to the read-only `workdir`."""
+  e = WorkdirError(
+      f"--workdir={workdir} is {why}. Its finished results can be read as they are "
+      f"(papa_jax.api.load_results('{workdir}'), or --config.stage=explore with an absolute "
+      "--config.explore.output outside it); give a writable --workdir to run stages (a copy "
+      "of this one resumes from its results).")
+  e.errno = errno.EROFS if "EROFS" in why else errno.EACCES
+  return e
+
+
 def prepare(workdir: str) -> None:
-  """Creates `workdir`, or says clearly why it cannot be one."""
+  """Creates `workdir`, or says clearly why it cannot be one (a file, a read-only mount,
+  object storage that cannot be reached: `storage.preflight`)."""
   if storage.exists(workdir) and not storage.isdir(workdir):
     raise ConfigError(
         f"--workdir={workdir} exists and is not a directory; give a directory path.")
+  why = read_only(workdir)
+  if why:
+    raise read_only_error(workdir, why)
   try:
     storage.makedirs(workdir)
+  except StorageError:
+    raise
   except OSError as e:
+    if e.errno in NOT_WRITABLE:
+      raise read_only_error(workdir, _not_writable(workdir, e.errno)) from e
     raise ConfigError(f"Cannot create --workdir={workdir}: {e}.") from e
 
 
@@ -165,7 +206,12 @@ def lock(workdir: str, stale_seconds: float = 120.0) -> Iterator[None]:
     with lease.hold(path, workdir, stale_seconds):
       yield
     return
-  f = open(path, "a+")  # pylint: disable=consider-using-with
+  try:
+    f = open(path, "a+")  # pylint: disable=consider-using-with
+  except OSError as e:
+    if e.errno in NOT_WRITABLE:
+      raise read_only_error(workdir, _not_writable(workdir, e.errno)) from e
+    raise
   try:
     fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
   except BlockingIOError:

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from configs import quickstart
-from papa_jax import checkpoint, features, registry, resume, workdir
-from papa_jax.errors import ConfigError
+from papa_jax import checkpoint, features, registry, resume, storage, workdir
+from papa_jax.errors import ConfigError, StorageError
 from papa_jax.layout import Layout
 from papa_jax.papa import means as means_lib
 
@@ -24,6 +24,18 @@ def test_invalid_workdir_that_is_a_file(tmp_path):
   path.write_text("x")
   with pytest.raises(ConfigError, match="exists and is not a directory"):
     workdir.prepare(str(path))
+
+
+@pytest.mark.unit
+def test_prepare_passes_a_storage_error_on_whole(monkeypatch):
+  """A store that refuses the mkdir says so itself, not as 'Cannot create --workdir'."""
+  def refused(path):
+    raise StorageError(f"{path}: access refused (RefreshError: expired).")
+  monkeypatch.setattr(storage, "exists", lambda path: False)
+  monkeypatch.setattr(storage, "makedirs", refused)
+  with pytest.raises(StorageError, match=r"^gs://b/wd: access refused") as e:
+    workdir.prepare("gs://b/wd")
+  assert not isinstance(e.value, ConfigError)
 
 
 @pytest.mark.unit
