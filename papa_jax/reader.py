@@ -2,7 +2,8 @@
 
 `read_workdir(path)` gives a `FinishedWorkdir`: the config, the results rows,
 the constant matrices of every variant present, the gates and head ranking,
-each analysis stage's `stats.json`, and the per-run dev predictions on demand.
+each analysis stage's `stats.json`, every per-head result as a `head_maps.HeadMap`,
+and the per-run dev predictions on demand.
 Paths are `layout.Layout`'s; what is missing is None (or empty), and what is
 there is checked (a ranking must be a permutation of the model's heads, every
 means file must have the same shape).
@@ -16,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from papa_jax import config_schema, storage, workdir
+from papa_jax import config_schema, head_maps, storage, workdir
 from papa_jax.layout import Layout
 from papa_jax.papa import means as means_lib
 from papa_jax.papa import schedule
@@ -40,6 +41,22 @@ class FinishedWorkdir:
     """Every head ordering's ranking, PAPA's ("lambda") first."""
     out = {"lambda": self.ranking} if self.ranking is not None else {}
     return dict(out, **{k: v["ranking"] for k, v in self.orderings.items()})
+
+  @property
+  def head_maps(self) -> list[head_maps.HeadMap]:
+    """Every per-head result here: each stage's maps, PAPA's gates, the scored orderings."""
+    out = [m for stage, st in self.stats.items() for m in head_maps.read(stage, st)]
+    if self.lambdas is not None:
+      out.append(head_maps.HeadMap(
+          "sort", "lambda", np.asarray(self.lambdas, np.float64),
+          "PAPA gate logit λ (high: kept input-dependent longest)", higher=head_maps.MORE,
+          split="train"))
+    for name, saved in self.orderings.items():
+      if saved.get("scores") is not None:
+        higher = head_maps.MORE if saved.get("direction") == "ascending" else head_maps.LESS
+        out.append(head_maps.HeadMap("orderings", name, np.asarray(saved["scores"], np.float64),
+                                     f"{name} score (head ordering)", higher=higher))
+    return out
 
   @property
   def path(self) -> str:

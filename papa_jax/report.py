@@ -30,7 +30,7 @@ from typing import Sequence
 import numpy as np
 
 from papa_jax import (rank_agreement, report_claims, report_controls, report_figures,
-                      storage, uncertainty, workdir)
+                      report_heads, storage, uncertainty, workdir)
 from papa_jax.data.tasks import Task
 from papa_jax.report_markdown import csv_rows, fraction_label, jsonable, markdown, number
 from papa_jax.errors import ConfigError
@@ -67,6 +67,8 @@ class Experiment:
     orderings: every head ordering's ranking by name ("lambda" is PAPA's),
       for the controls; predictions of other orderings are keyed
       ("raw/<ordering>", k) (`results.condition`).
+    head_maps: every per-head result of the workdir (`head_maps.HeadMap`), for
+      the per-head section (`report_heads`).
     train_examples: train-subset size the probes and means used.
     eval_examples: dev-set size as the pipeline reported it.
     seeds: probe seeds run (derived from the dicts when empty).
@@ -84,6 +86,7 @@ class Experiment:
   eval_examples: int | None = None
   seeds: tuple = ()
   orderings: dict = dataclasses.field(default_factory=dict)
+  head_maps: list = dataclasses.field(default_factory=list)
 
 
 def task_seed(seed: int, task_name: str) -> int:
@@ -338,6 +341,7 @@ def analyse(experiments: Sequence[Experiment], *, n_boot: int = uncertainty.N_BO
       model_averages=averages,
       correlation=corr, controls=controls, multiplicity=multi,
       caveats=_caveats(results, averages, corr, multi, level, tested),
+      per_head=[report_heads.analyse(e.model, e.task.name, e.head_maps) for e in experiments],
       warnings=[w for r in results for w in r["warnings"]])
 
 

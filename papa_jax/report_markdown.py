@@ -7,6 +7,7 @@ import os
 
 import numpy as np
 
+from papa_jax import report_heads
 from papa_jax.papa.schedule import PAPER_FRACTIONS
 from papa_jax.significance import N_MIN_PAIRS, format_p
 
@@ -229,6 +230,7 @@ def markdown(report: dict, figures: dict[str, str] | None = None) -> str:
     verdict = c["note"] if c["verdict"] == "not tested" else c["verdict"]
     lines.append(f"| {v} | {c['n']} | {rho} | {verdict} | {'; '.join(c['left_out']) or '–'} |")
   lines += _controls(report.get("controls", []), lv, nb)
+  lines += report_heads.markdown(report.get("per_head", []))
   lines += ["", "## What these numbers do not show", ""] + [f"- {c}" for c in report["caveats"]]
   if report["warnings"]:
     lines += ["", "## Warnings", ""] + [f"- {w}" for w in report["warnings"]]

@@ -144,7 +144,7 @@ def load_experiment(path: str, model: str | None = None) -> report.Experiment:
       labels=labels, predictions=predictions, scores=scores,
       means=raw.avgs if raw is not None else None, gates=wd.lambdas, ranking=wd.ranking,
       train_examples=rows[0]["examples"], eval_examples=rows[0]["eval_examples"],
-      seeds=wd.seeds, orderings=wd.rankings)
+      seeds=wd.seeds, orderings=wd.rankings, head_maps=wd.head_maps)
 
 
 def report_from_workdirs(paths: Sequence[str], out_dir: str, *,

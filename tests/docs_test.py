@@ -2,6 +2,8 @@
 
 import os
 import re
+import sys
+import types
 
 import numpy as np
 import pytest
@@ -14,17 +16,20 @@ pytestmark = pytest.mark.integration
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _recipe():
+def recipe():
+  """The namespace of the recipe's code block, run as written, as the module
+  `papa_jax.analysis.entropy` would be (dataclasses resolve `ClassVar` in its module)."""
   text = open(os.path.join(ROOT, "docs", "analyses.md"), encoding="utf-8").read()
   block = next(b for b in re.findall(r"```python\n(.*?)```", text, re.S) if "class Entropy" in b)
-  namespace = {}
-  exec(compile(block, "docs/analyses.md", "exec"), namespace)  # pylint: disable=exec-used
-  return namespace
+  module = types.ModuleType("docs_entropy_recipe")
+  sys.modules[module.__name__] = module
+  exec(compile(block, "docs/analyses.md", "exec"), module.__dict__)  # pylint: disable=exec-used
+  return module.__dict__
 
 
 @pytest.mark.parametrize("devices", [1, 8])
 def test_docs_analysis_recipe_equals_numpy(minilm, minilm_tokenizer, sst2_dir, devices):
-  ns = _recipe()
+  ns = recipe()
   assert ns["STAGE"].name == "entropy" and ns["STAGE"].writes == ("entropy/stats.json",)
   assert ns["STAGE"].groups == per_head.ANALYSIS_GROUPS
   data = sst2_dev_sample(minilm_tokenizer, sst2_dir, longest=3, first=6, max_length=40)

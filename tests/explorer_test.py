@@ -20,10 +20,11 @@ import pytest
 
 import papa_jax as pj
 from configs import base
-from papa_jax import attention, config_schema, convert, explorer, run
+from papa_jax import attention, config_schema, convert, explorer, rank_agreement, run
 from papa_jax import data as data_lib
 from papa_jax import effective
 from papa_jax.errors import ConfigError
+from papa_jax.analysis import mixing_stats
 from papa_jax.explorer import ExplorerConfig, collect, pack, payload, write_explorer
 from papa_jax.layout import Layout
 from papa_jax.models.config import EncoderConfig
@@ -425,19 +426,21 @@ def test_mixing_selector_shows_each_measure_with_its_label(tiny_page, tiny, mini
 
 
 @pytest.mark.slow
-def test_head_grid_offers_the_mixing_stage_maps(tiny_page, tiny):
-  """With mixing/stats.json the per-head grid offers its norm mass and output share, drawn
-  from the file, with their Spearman rho against PAPA's gates."""
+def test_head_grid_offers_every_per_head_result(tiny_page, tiny):
+  """The per-head grid lists every per-head result of the workdir by itself (the effective
+  and mixing stages' maps, PAPA's gates), each drawn from its file, with its Spearman rho
+  against the gates from the workdir's one agreement table."""
   p = tiny_page
   st = json.load(open(os.path.join(tiny["wd"], "mixing", "stats.json")))
-  labels = dict(collect.MIXING_STAT_MAPS)
+  gates = np.load(os.path.join(tiny["wd"], "sort", "lambdas.npy"))
+  labels = {k: v.label for k, v in mixing_stats.Mixing.infos.items()}
   subsets = p.js("[...document.querySelectorAll('#stat-subset option')].map(o => o.value)")
-  assert subsets[0] == "all" and subsets[-1] == "mixing"
+  assert subsets == ["effective/all", "effective/long", "mixing", "sort"]
   assert p.page.locator("#stat-subset option[value=mixing]").inner_text() == (
-      f"context mixing ({st['summary']['examples']} validation examples)")
+      f"mixing ({st['summary']['examples']} validation examples)")
   p.page.locator("#stat-subset").select_option("mixing")
   options = p.js("[...document.querySelectorAll('#stat-map option')].map(o => o.value)")
-  assert options[:2] == [labels["norm_mass"], labels["head_share"]]
+  assert sorted(options) == sorted(labels.values())  # In the order of stats.json.
   grids = set()
   for key, (l, h) in (("norm_mass", (4, 3)), ("head_share", (0, 11))):
     p.page.locator("#stat-map").select_option(labels[key])
@@ -446,12 +449,16 @@ def test_head_grid_offers_the_mixing_stage_maps(tiny_page, tiny):
     p.page.locator(f'.stat-cell[data-layer="{l}"][data-head="{h}"]').hover()
     assert p.page.locator("#tip").inner_text() == (
         f"layer {l}, head {h}: {labels[key]} = {st[key][l][h]:.4f}")
-    np.testing.assert_allclose(p.js(f"papaExplorer.data.mixing.maps[{labels[key]!r}]"), st[key])
-    rho = st["summary"]["vs_head_orders"][f"{key}/lambda"]["rho"]
-    assert f"Spearman ρ over heads with lambda {rho:.2f}" in p.page.locator(
+    shown = p.js(f"papaExplorer.data.heads.maps.find(m => m.key === 'mixing/{key}').values")
+    np.testing.assert_allclose(shown, st[key])
+    rho = rank_agreement.head_rank_agreement(np.asarray(st[key]), gates)["rho"]
+    assert f"Spearman ρ over heads with sort/lambda {rho:.2f}" in p.page.locator(
         "#stat-summary").inner_text()
   assert len(grids) == 2
-  p.page.locator("#stat-subset").select_option("all")  # Back to the effective stage's maps.
+  p.page.locator("#stat-subset").select_option("sort")
+  assert p.page.locator("#stat-summary").inner_text().startswith(
+      "sort/lambda. Higher = more important.")
+  p.page.locator("#stat-subset").select_option("effective/all")  # The effective stage's maps.
   assert p.js("document.getElementById('stat-map').value") not in labels.values()
   assert not p.errors, p.errors
 
@@ -567,9 +574,10 @@ def test_large_model_page_stays_responsive(browser, tiny, tmp_path, minilm, caps
   fills = p.page.locator("#curve text.legend").evaluate_all(style.format("fill"))
   strokes = p.page.locator("#curve polyline.curve-line").evaluate_all(style.format("stroke"))
   assert fills == strokes and len(set(fills)) == 2, (fills, strokes)
-  assert "No effective/stats.json" in p.page.locator("#sec-stats").inner_text()
-  assert "No mixing/stats.json" in p.page.locator("#sec-stats").inner_text()
-  assert p.page.locator("#stat-subset option").count() == 0
+  # No per-head stage ran: the per-head grid lists PAPA's gates alone, on every head.
+  assert p.js("[...document.querySelectorAll('#stat-subset option')].map(o => o.value)") == [
+      "sort"]
+  assert p.page.locator(".stat-cell").count() == 24 * 16
   assert p.js("papaExplorer.data.meta.mixing_maps.map(m => m[0])") == ["attention_rollout", "alti"]
   p.page.locator('#grid canvas.cell[data-layer="23"][data-head="15"]').click()
   assert p.js("[papaExplorer.state.layer, papaExplorer.state.head]") == [23, 15]

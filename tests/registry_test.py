@@ -8,10 +8,13 @@ import shutil
 import numpy as np
 import pytest
 
-from papa_jax import config_schema, convert, registry, run, workdir
+from papa_jax import config_schema, convert, rank_agreement, reader, registry, report_heads, run
+from papa_jax import suite, workdir
+from papa_jax.explorer import collect
 from papa_jax.data import DataError
 from papa_jax.errors import ConfigError
 from papa_jax.stage import VIEWS
+from tests import docs_test
 from tests.testing import require_shared, tiny_config
 
 STAGES = {s.name: s for s in registry.STAGES}
@@ -165,3 +168,51 @@ def test_registry_stage_outputs_equal_the_code_before_the_registry(finished):
   assert abs(abl["summary"]["baseline"] - want["ablation_baseline"]) <= 1 / 8 + 1e-9
   np.testing.assert_allclose(abl["change_uniform"], want["ablation"]["change_uniform"],
                              atol=1 / 8 + 1e-9)  # 8 analysis examples.
+
+
+PER_HEAD_STAGES = sorted(n for n, s in STAGES.items() if f"{n}/stats.json" in s.writes)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", PER_HEAD_STAGES)
+def test_registry_every_per_head_stage_reaches_the_explorer_and_the_report(name, finished):
+  """Each stage that writes per-head stats is listed by the explorer's per-head grid and the
+  report's per-head section with no code of its own there (both iterate `head_maps`)."""
+  wd = reader.read_workdir(finished[name])
+  view = collect.heads_view(wd)
+  mine = [m for m in view["maps"] if m["stage"] == name]
+  assert mine and all(np.shape(m["values"]) == (6, 12) for m in mine), name
+  text = "\n".join(report_heads.markdown([report_heads.analyse("m", "t", wd.head_maps)]))
+  assert all(f"`{m.key}`" in text for m in wd.head_maps if m.stage == name)
+
+
+@pytest.mark.slow
+def test_registry_the_docs_recipe_reaches_the_explorer_agreement_and_report(finished, tmp_path,
+                                                                           monkeypatch):
+  """docs/analyses.md's entropy analysis, registered as the docs say (one entry), shows in the
+  explorer, in the agreement table against PAPA's gates and in the report of a real run."""
+  ns = docs_test.recipe()
+  monkeypatch.setattr(registry, "STAGES", registry.STAGES + (ns["STAGE"],))
+  monkeypatch.setattr(registry, "BY_NAME", dict(registry.BY_NAME, entropy=ns["STAGE"]))
+  wd = str(tmp_path / "papa")
+  shutil.copytree(finished["probe"], wd)
+  small = {"data.max_train_examples": 32, "data.max_eval_examples": 16, "probe.epochs": 1,
+           "effective.max_examples": 8, "papa.fractions": (0.0, 0.5, 1.0), "run.batch_size": 8,
+           "ablation.kinds": ("uniform",),
+           "finetune.other_model": "pkg:sre_embedding_model/model_weights",
+           "papa.orderings": ("lambda", "random"), "papa.random_draws": 1}
+  run.run(tiny_config(tmp_path, stage="entropy", **small), wd)
+  view = collect.heads_view(reader.read_workdir(wd))
+  entropy = next(m for m in view["maps"] if m["key"] == "entropy/entropy")
+  assert entropy["label"] == "attention entropy per row" and entropy["unit"] == "nats"
+  assert entropy["examples"] == 8 and entropy["split"] == "validation"
+  rows = [r for r in view["agreement"] if r["measure"] == "entropy/entropy"]
+  assert {r["score"] for r in rows} >= {"sort/lambda", "ablation/change_uniform"}
+  gates = np.load(os.path.join(wd, "sort", "lambdas.npy"))
+  want = rank_agreement.head_rank_agreement(np.asarray(entropy["values"]), gates)
+  got = next(r for r in rows if r["score"] == "sort/lambda")
+  assert got["rho"] == pytest.approx(want["rho"])
+  paths = suite.report_from_workdirs([wd], str(tmp_path / "report"), n_boot=50)
+  text = open(paths["md"], encoding="utf-8").read()
+  assert "`entropy/entropy`: attention entropy per row [nats]" in text
+  assert "| `entropy/entropy` | `sort/lambda` (higher = more important) |" in text

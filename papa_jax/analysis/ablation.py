@@ -28,8 +28,8 @@ import jax.numpy as jnp
 import numpy as np
 from absl import logging
 
-from papa_jax import features, fitting, metrics, parallel, resume, storage, train
-from papa_jax.analysis import figures, output
+from papa_jax import features, fitting, head_maps, metrics, parallel, resume, train
+from papa_jax.analysis import figures
 from papa_jax.attention import AttentionOverride
 from papa_jax.interventions import ABLATIONS as KINDS
 from papa_jax.interventions import HeadAblation
@@ -92,23 +92,6 @@ def ablate_layer(config: EncoderConfig, probe: nn.Module, kind: str, layer: int,
   return logits.reshape((n, h) + logits.shape[1:]).swapaxes(0, 1)
 
 
-def rank_agreement(drop: np.ndarray, gates: np.ndarray, fraction: float = 0.5) -> dict:
-  """Ablation importance (score drop) vs PAPA's gates (high = input-dependent).
-
-  Spearman correlation of the two per-head orders, and the overlap of the
-  heads each calls least important (the `fraction` PAPA makes constant first).
-  """
-  import scipy.stats  # pylint: disable=import-outside-toplevel
-  d, g = np.asarray(drop, np.float64).ravel(), np.asarray(gates, np.float64).ravel()
-  k = int(np.floor(fraction * len(d)))
-  least_ablation = set(np.argsort(d, kind="stable")[:k].tolist())
-  least_papa = set(np.argsort(g, kind="stable")[:k].tolist())
-  res = scipy.stats.spearmanr(d, g)
-  return dict(spearman=float(res.statistic), p_value=float(res.pvalue), heads=len(d),
-              least_important=k, overlap=len(least_ablation & least_papa),
-              overlap_expected_by_chance=k * k / len(d))
-
-
 # The ablation stage.
 
 GROUPS = ("model", "data", "sort", "probe", "effective", "ablation")
@@ -167,11 +150,12 @@ def _run(setup: Setup) -> dict:
                  **{f"mean_change_{k}": float(maps[f"change_{k}"].mean()) for k in kinds},
                  **{f"max_abs_change_{k}": float(np.abs(maps[f"change_{k}"]).max())
                     for k in kinds})
-  if storage.exists(setup.layout.lambdas):
-    gates = np.load(storage.readable(setup.layout.lambdas))
-    summary["vs_papa_ranking"] = {k: rank_agreement(-maps[f"change_{k}"], gates) for k in kinds}
   if parallel.is_main_process():
-    output.write_per_head(setup.layout, "ablation", maps, summary)
+    info = head_maps.HeadInfo(f"{metric} change when the head is replaced", head_maps.LESS,
+                              metric)
+    head_maps.write(setup.layout, "ablation", head_maps.maps_of(
+        "ablation", {k: info for k in maps}, maps, examples=len(labels),
+        split=c.effective.split), summary)
     figures.head_maps([(f"{k}: score change", maps[f"change_{k}"]) for k in kinds],
                       setup.layout.figure("ablation", "score_change.png"),
                       f"{c.model.name} / {task.name}: {metric} change when one head is "

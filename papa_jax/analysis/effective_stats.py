@@ -18,9 +18,7 @@ and over the "long" examples whose real length exceeds the head dimension
 
 from __future__ import annotations
 
-import csv
 import dataclasses
-import io
 import unicodedata
 from typing import ClassVar
 
@@ -29,8 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 from absl import logging
 
-from papa_jax import effective, workdir
-from papa_jax import runner
+from papa_jax import effective, head_maps, runner
 from papa_jax.analysis import figures, per_head
 from papa_jax.models.encoder import Capture
 from papa_jax.stage import Setup
@@ -38,6 +35,13 @@ from papa_jax.stage import Setup
 CATEGORIES = ("cls", "sep", "punct", "other")
 PAD = -1
 PER_HEAD = ("mass_raw", "mass_eff", "js", "corr", "null_ratio", "rank")
+INFOS = dict(
+    mass_raw=head_maps.HeadInfo("raw attention mass on"),
+    mass_eff=head_maps.HeadInfo("effective attention mass on"),
+    js=head_maps.HeadInfo("JS divergence raw vs effective", unit="nats"),
+    corr=head_maps.HeadInfo("corr(A, A_eff)"),
+    null_ratio=head_maps.HeadInfo("null ratio ||A - A_eff|| / ||A||"),
+    rank=head_maps.HeadInfo("rank of the values"))
 
 
 def is_punctuation(token: str) -> bool:
@@ -147,13 +151,17 @@ class EffectiveStats(per_head.PerHeadAnalysis):
             np.nanmean(st[f"mass_{kind}/{subset}"][..., c]))
     return out
 
+  def head_maps(self, st: dict, summary: dict) -> list[head_maps.HeadMap]:
+    arrays = {f"{k}/{s}": st[f"{k}/{s}"] for s in ("all", "long") for k in PER_HEAD}
+    return head_maps.maps_of(self.name, INFOS, arrays, split=summary["split"],
+                             examples={s: st[f"count/{s}"] for s in ("all", "long")},
+                             columns=CATEGORIES)
+
   def write(self, st: dict, summary: dict, setup: Setup, data) -> None:
     mc, layout = setup.model.config, setup.layout
-    workdir.write_json(layout.stats(self.name), dict(
-        summary=summary, categories=list(CATEGORIES), **workdir.provenance(),
-        **{k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in st.items()}))
-    with workdir.atomic_write(layout.stats_csv(self.name), newline="") as f:
-      f.write(_stats_csv(st, mc.num_layers, mc.num_heads))
+    head_maps.write(layout, self.name, self.head_maps(st, summary), summary,
+                    categories=list(CATEGORIES),
+                    **{f"count/{s}": st[f"count/{s}"] for s in ("all", "long")})
     subset = "long" if st["count/long"] else "all"
     label = (f"{setup.config.model.name} / {setup.task.name} {setup.config.effective.split} "
              f"({subset}: {int(st['count/' + subset])} examples)")
@@ -164,20 +172,6 @@ class EffectiveStats(per_head.PerHeadAnalysis):
     _example_figure(setup, data, st, subset, layout.figure(self.name, "example_attention.png"))
     logging.info("effective: %d examples (%d longer than head dim %d) -> %s",
                  st["count/all"], st["count/long"], mc.dim_per_head, layout.stage_dir(self.name))
-
-
-def _stats_csv(st: dict, num_layers: int, num_heads: int) -> str:
-  out = io.StringIO()
-  w = csv.writer(out)
-  cols = [f"mass_{k}_{c}" for k in ("raw", "eff") for c in CATEGORIES]
-  w.writerow(["subset", "layer", "head"] + cols + ["js", "corr", "null_ratio", "rank"])
-  for sub in ("all", "long"):
-    for l in range(num_layers):
-      for h in range(num_heads):
-        mass = np.concatenate([st[f"mass_raw/{sub}"][l, h], st[f"mass_eff/{sub}"][l, h]])
-        w.writerow([sub, l, h] + [f"{x:.6g}" for x in mass] + [
-            f"{st[f'{k}/{sub}'][l, h]:.6g}" for k in ("js", "corr", "null_ratio", "rank")])
-  return out.getvalue()
 
 
 def _pick_example(mask: np.ndarray, head_dim: int, index: int) -> int:

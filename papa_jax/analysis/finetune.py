@@ -19,7 +19,7 @@ from typing import ClassVar
 import jax.numpy as jnp
 import numpy as np
 
-from papa_jax import convert, effective, input_files, tokenization
+from papa_jax import convert, effective, head_maps, input_files, tokenization
 from papa_jax import runner
 from papa_jax.analysis import figures, per_head
 from papa_jax.analysis.effective_stats import js_divergence
@@ -63,6 +63,11 @@ class Finetune(per_head.PerHeadAnalysis):
   rtol: float | None = None
   name: ClassVar[str] = "finetune"
   groups: ClassVar[tuple[str, ...]] = per_head.ANALYSIS_GROUPS + ("finetune",)
+  infos: ClassVar = dict(
+      cos_raw=head_maps.HeadInfo("cosine of raw attention, pretrained vs fine-tuned"),
+      cos_eff=head_maps.HeadInfo("cosine of effective attention, pretrained vs fine-tuned"),
+      js_raw=head_maps.HeadInfo("JS divergence of raw attention rows, pretrained vs "
+                                "fine-tuned", unit="nats"))
 
   @classmethod
   def from_setup(cls, setup: Setup) -> Finetune:

@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from papa_jax import effective
+from papa_jax import effective, head_maps
 from papa_jax import runner
 from papa_jax.analysis import figures, per_head
 from papa_jax.data.preprocess import IGNORE
@@ -80,6 +80,9 @@ class Linguistic(per_head.PerHeadAnalysis):
   rtol: float | None = None
   name: ClassVar[str] = "linguistic"
   columns: ClassVar[tuple[str, ...]] = CLASSES
+  infos: ClassVar = {f"{q}_{s}_{k}": head_maps.HeadInfo(
+      f"{'[CLS] row' if q == 'cls' else 'every row'}: {s} of {k} attention per word class")
+                     for q in ("cls", "rows") for s in ("mass", "max") for k in ("raw", "eff")}
 
   @classmethod
   def from_setup(cls, setup: Setup) -> Linguistic:

@@ -10,14 +10,10 @@ Per layer (`stats.json` "layers", and `layers.csv`): the mean over real tokens
 of each method's self-contribution `c_ii` (row-normalised ALTI, value zeroing,
 GlobEnc's N-Enc, AttnResLn-N, and attention), of the mixing ratios (attn,
 attnres, attnresln) and of the rollouts' self-contribution after the layer
-(attention rollout, ALTI and value zeroing rollouts, GlobEnc). When the
-workdir has PAPA's gates, ablation scores or scored head orderings (entropy,
-variance, kl, gradient), the summary gives the Spearman correlation of each
-per-head measure with each of them (`vs_head_orders`: rho, scipy's p-value, a
-permutation p-value shuffling heads within layers, since depth alone drives
-most head scores, and Holm's adjustment of the latter over the table), also as
-`agreement.md` and `agreement.png`. rho > 0: heads high on the measure are high
-on the score (each ordering's own direction is in `orderings/<name>.json`).
+(attention rollout, ALTI and value zeroing rollouts, GlobEnc). How each per-head
+measure agrees with PAPA's gates, ablation scores and scored head orderings is
+the workdir's one agreement table (`head_maps.workdir_agreement`), shown by the
+explorer and the report.
 For the layer-level methods (ALTI, GlobEnc, value zeroing) the per-head form
 compared is the head's share of the attention output (`head_share`): the
 layer matrices of those methods are built from the head-summed vectors
@@ -36,7 +32,7 @@ from typing import ClassVar
 import jax.numpy as jnp
 import numpy as np
 
-from papa_jax import mixing, rank_agreement, runner, storage, workdir
+from papa_jax import head_maps, mixing, runner, workdir
 from papa_jax.analysis import figures, per_head
 from papa_jax.errors import ConfigError
 from papa_jax.stage import Setup
@@ -59,6 +55,11 @@ class Mixing(per_head.PerHeadAnalysis):
   capture: ClassVar = mixing.CAPTURE
   matmul_precision: ClassVar[str] = "highest"  # The encoder's forward too (spec §2.6).
   groups: ClassVar[tuple[str, ...]] = per_head.ANALYSIS_GROUPS + ("mixing",)
+  infos: ClassVar = dict(
+      norm_mass=head_maps.HeadInfo("norm mass Σ_j α_ij ||f_j|| (Kobayashi et al. 2020)"),
+      head_share=head_maps.HeadInfo("share of the attention output ||Σ_j z^h_ij|| / "
+                                    "Σ_g ||Σ_j z^g_ij||"),
+      attention_self=head_maps.HeadInfo("attention to self α_ii"))
 
   @classmethod
   def from_setup(cls, setup: Setup) -> Mixing:
@@ -121,8 +122,7 @@ class Mixing(per_head.PerHeadAnalysis):
   def summary(self, st: dict, setup: Setup, data) -> dict:
     layers = {k: np.asarray(v).tolist() for k, v in st.items() if np.ndim(v) == 1}
     return dict(examples=int(st["count"]), methods=list(self.methods),
-                reference_quirks=self.reference_quirks, layers=layers,
-                vs_head_orders=_agreement(setup, {k: st[k] for k in PER_HEAD}))
+                reference_quirks=self.reference_quirks, layers=layers)
 
   def maps(self, st: dict) -> dict[str, np.ndarray]:
     return {k: v for k, v in st.items() if np.ndim(v) == 2}  # Per head; per layer: layers.csv.
@@ -137,9 +137,6 @@ class Mixing(per_head.PerHeadAnalysis):
       w.writerow([l] + [f"{summary['layers'][k][l]:.6g}" for k in names])
     with workdir.atomic_write(setup.layout.figure(self.name, "layers.csv"), newline="") as f:
       f.write(buf.getvalue())
-    if summary["vs_head_orders"]:
-      with workdir.atomic_write(setup.layout.figure(self.name, "agreement.md")) as f:
-        f.write(agreement_table(summary["vs_head_orders"]))
 
   def figures(self, st: dict, summary: dict, setup: Setup, data) -> None:
     title = per_head.label(setup, "context mixing per head", int(st["count"]))
@@ -155,51 +152,6 @@ class Mixing(per_head.PerHeadAnalysis):
                          ("mixing ratio (Kobayashi et al. 2021)", pick("mixing_ratio_"))],
                         setup.layout.figure(self.name, "layers.png"),
                         per_head.label(setup, "context mixing per layer", int(st["count"])))
-    rows = summary["vs_head_orders"]
-    if rows:
-      measures = list(dict.fromkeys(k.split("/", 1)[0] for k in rows))
-      others = list(dict.fromkeys(k.split("/", 1)[1] for k in rows))
-      rho = np.array([[np.nan if rows[f"{m}/{o}"]["rho"] is None else rows[f"{m}/{o}"]["rho"]
-                       for o in others] for m in measures])
-      figures.rho_grid(rho, measures, others, setup.layout.figure(self.name, "agreement.png"),
-                       per_head.label(setup, "Spearman rho over heads", int(st["count"])))
-
-
-def _agreement(setup: Setup, maps: dict[str, np.ndarray]) -> dict:
-  """Spearman agreement of each per-head measure with the workdir's head scores: rho, its
-  p-value, a within-layer permutation p-value and Holm's adjustment over the whole table."""
-  orders = {}
-  if storage.exists(setup.layout.lambdas):
-    orders["lambda"] = np.load(storage.readable(setup.layout.lambdas))
-  if storage.exists(setup.layout.stats("ablation")):
-    st = workdir.read_json(setup.layout.stats("ablation"))
-    orders.update({f"ablation_{k[len('change_'):]}": -np.asarray(v) for k, v in st.items()
-                   if k.startswith("change_")})  # The score drop.
-  for path in sorted(storage.glob(setup.layout.ordering("*"))):  # Input-dependence, gradient.
-    saved = workdir.read_json(path)
-    if saved.get("scores") is not None:
-      orders[saved["ordering"]] = np.asarray(saved["scores"])
-  out = {f"{name}/{other}": rank_agreement.head_rank_agreement(m, np.reshape(v, np.shape(m)))
-         for name, m in maps.items() for other, v in orders.items()}
-  adjusted = rank_agreement.holm([r["p_within_layers"] for r in out.values()])
-  for row, p in zip(out.values(), adjusted):
-    row["p_holm"] = p
-  return out
-
-
-def _fmt(v) -> str:
-  return "" if v is None else f"{v:.4g}"
-
-
-def agreement_table(rows: dict) -> str:
-  """The agreement rows as a markdown table (undefined cells empty)."""
-  lines = ["| measure | head score | Spearman rho | p | p (within layers) | p (Holm) | heads |",
-           "|---|---|---|---|---|---|---|"]
-  for key, r in rows.items():
-    measure, other = key.split("/", 1)
-    lines.append(f"| {measure} | {other} | {_fmt(r['rho'])} | {_fmt(r['p_value'])} | "
-                 f"{_fmt(r['p_within_layers'])} | {_fmt(r['p_holm'])} | {r['heads']} |")
-  return "\n".join(lines) + "\n"
 
 
 STAGE = per_head.stage(Mixing)

@@ -6,9 +6,11 @@ if the defaults do not fit, a summary, the maps to write and figures; then
 `stage(MyAnalysis)` is the record for `papa_jax/registry.py`. The stage runs
 the analysis over `effective.split` (`Setup.analysis_data`) on the runner
 (`papa_jax/runner.py`: data-parallel, float64 sums, resumable from
-`<name>/partial.partial.npz`) and writes `<name>/stats.json` (every map as
-nested lists, a summary, provenance), `<name>/stats.csv` (a row per head)
-and its figures. See `docs/analyses.md` for a worked recipe.
+`<name>/partial.partial.npz`) and writes its maps as `head_maps.HeadMap`s
+(`<name>/stats.json`: every map as nested lists, their descriptions, a summary,
+provenance; `<name>/stats.csv`: a row per head) and its figures; the explorer,
+the report and the agreement table then show them. See `docs/analyses.md`
+for a worked recipe.
 """
 
 from __future__ import annotations
@@ -20,9 +22,8 @@ import jax
 import numpy as np
 from absl import logging
 
-from papa_jax import convert, parallel, resume
+from papa_jax import convert, head_maps, parallel, resume
 from papa_jax import runner
-from papa_jax.analysis import output
 from papa_jax.layout import RELATIVE
 from papa_jax.models.encoder import Capture, EncoderOutput
 from papa_jax.stage import Setup, Stage
@@ -35,14 +36,17 @@ class PerHeadAnalysis:
   """The math of one per-head analysis; subclasses are frozen dataclasses.
 
   Class attributes: `name` (stage and folder name), `capture` (what the
-  encoder returns), `groups` (config groups the results depend on) and
-  `columns` (names of a last axis of the maps, for the CSV).
+  encoder returns), `groups` (config groups the results depend on),
+  `columns` (names of a last axis of the maps) and `infos` (each map's label,
+  unit and what a higher value says of the head; `head_maps.HeadInfo`), which
+  the explorer, the report and the agreement table show it by.
   """
 
   name: ClassVar[str]
   capture: ClassVar[Capture] = Capture(probs=True, values=True)
   groups: ClassVar[tuple[str, ...]] = ANALYSIS_GROUPS
   columns: ClassVar[tuple[str, ...]] = ()
+  infos: ClassVar[Mapping[str, head_maps.HeadInfo]] = {}
   # The matmul precision the pass traces under ("highest": exact float32 on GPU/TPU too).
   matmul_precision: ClassVar[str | None] = None
 
@@ -84,13 +88,22 @@ class PerHeadAnalysis:
     """The `[layers, heads(, C)]` maps to write (default: every array but counts)."""
     return {k: v for k, v in st.items() if np.ndim(v) >= 2}
 
+  def head_maps(self, st: dict[str, Any], summary: dict) -> list[head_maps.HeadMap]:
+    """`maps` as records, labelled by `infos`, over the summary's examples of its split
+    (else `count`, when that is one number)."""
+    n = summary.get("examples", st.get("count"))
+    return head_maps.maps_of(self.name, self.infos, self.maps(st),
+                             examples=n if np.ndim(n) == 0 else None,
+                             split=summary.get("split", ""), columns=self.columns)
+
   def figures(self, st: dict[str, Any], summary: dict, setup: Setup, data) -> None:
     """Draws the figures (e.g. `figures.head_maps` to `setup.layout.figure(name, file)`)."""
     del st, summary, setup, data
 
   def write(self, st: dict[str, Any], summary: dict, setup: Setup, data) -> None:
     """Writes stats.json, stats.csv and the figures (main process only)."""
-    output.write_per_head(setup.layout, self.name, self.maps(st), summary, self.columns)
+    head_maps.write(setup.layout, self.name, self.head_maps(st, summary), summary,
+                    columns=list(self.columns))
     self.figures(st, summary, setup, data)
 
 

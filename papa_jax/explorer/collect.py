@@ -12,21 +12,11 @@ from absl import logging
 
 from papa_jax import api
 from papa_jax import data as data_lib
-from papa_jax import effective, reader, results
+from papa_jax import effective, head_maps, reader, results
 from papa_jax.explorer import pack
 from papa_jax.models.encoder import Capture
 from papa_jax.errors import ConfigError
 
-# Per-head maps of the effective stage's stats.json, as (key, label); mass keys
-# are [layers, heads, categories] and become one map per category.
-STAT_MAPS = (("mass_raw", "raw attention mass on"), ("mass_eff", "effective attention mass on"),
-             ("null_ratio", "null ratio ||A - A_eff|| / ||A||"), ("corr", "corr(A, A_eff)"),
-             ("js", "JS divergence raw vs effective"), ("rank", "rank of the values"))
-# Per-head maps of the mixing stage's stats.json (`analysis/mixing_stats.py`), as (key, label).
-MIXING_STAT_MAPS = (
-    ("norm_mass", "norm mass Σ_j α_ij ||f_j|| (Kobayashi et al. 2020)"),
-    ("head_share", "share of the attention output ||Σ_j z^h_ij|| / Σ_g ||Σ_j z^g_ij||"),
-    ("attention_self", "attention to self α_ii"))
 # What each per-layer context-mixing map of an example is (`explore.mixing`; all heads).
 MIXING_LABELS = dict(
     attention="attention: the head mean of α, rows renormalised over the real tokens",
@@ -115,51 +105,15 @@ def results_view(wd: reader.FinishedWorkdir) -> dict | None:
   return dict(rows=pack.finite_or_none(rows))
 
 
-def effective_view(wd: reader.FinishedWorkdir) -> dict | None:
-  """The effective stage's per-head maps as `{subset: {name: [layers][heads]}}`."""
-  st = wd.stats.get("effective")
-  if st is None:
-    return None
-  cats = st.get("categories", ["cls", "sep", "punct", "other"])
-  maps: dict[str, dict[str, Any]] = {}
-  for subset in ("all", "long"):
-    if not st.get(f"count/{subset}"):
-      continue
-    maps[subset] = {}
-    for key, label in STAT_MAPS:
-      value = st.get(f"{key}/{subset}")
-      if value is None:
-        continue
-      arr = np.asarray(value, np.float64)
-      if arr.ndim == 3:  # Mass per token category.
-        for c, name in enumerate(cats):
-          maps[subset][f"{label} [{name.upper()}]" if name in ("cls", "sep") else
-                       f"{label} {name}"] = pack.finite_or_none(arr[..., c])
-      else:
-        maps[subset][label] = pack.finite_or_none(arr)
-  counts = {s: st.get(f"count/{s}") for s in ("all", "long")}
-  return dict(maps=maps, counts=counts, summary=pack.finite_or_none(st.get("summary", {})))
-
-
-def mixing_view(wd: reader.FinishedWorkdir) -> dict | None:
-  """The mixing stage's per-head maps `{label: [layers][heads]}`, its example count and
-  split, and each map's Spearman rho with the workdir's head scores, if it ran."""
-  st = wd.stats.get("mixing")
-  if st is None:
-    return None
-  s = st.get("summary", {})
-  maps, agreement = {}, {}
-  for key, label in MIXING_STAT_MAPS:
-    if st.get(key) is None:
-      continue
-    maps[label] = pack.finite_or_none(np.asarray(st[key], np.float64))
-    agreement[label] = {}
-    for pair, r in s.get("vs_head_orders", {}).items():
-      measure, other = pair.split("/", 1)
-      if measure == key:
-        agreement[label][other] = pack.finite_or_none(
-            {f: r.get(f) for f in ("rho", "p_within_layers", "p_holm")})
-  return dict(maps=maps, agreement=agreement, count=s.get("examples"), split=s.get("split"))
+def heads_view(wd: reader.FinishedWorkdir) -> dict:
+  """Every per-head result of the workdir (`FinishedWorkdir.head_maps`; a map with columns
+  becomes one map per column) and the workdir's agreement table (`head_maps`)."""
+  maps = wd.head_maps
+  out = [dict(key=p.key, stage=p.stage, name=p.name, label=p.label or p.name,
+              subset=p.subset, higher=p.higher, unit=p.unit, examples=p.examples,
+              split=p.split, values=pack.finite_or_none(p.values))
+         for m in maps for p in m.planes()]
+  return dict(maps=out, agreement=pack.finite_or_none(head_maps.workdir_agreement(maps)))
 
 
 def mixing_maps(model, data, names: Sequence[str], batch_size: int = 8) -> dict[str, np.ndarray]:

@@ -149,14 +149,6 @@ def test_ablation_batched_rows_equal_one_at_a_time_and_effective_is_output_prese
   assert np.abs(batched - stock).max() > 1e-4  # Uniform attention does change something.
 
 
-@pytest.mark.unit
-def test_ablation_rank_agreement():
-  drop = np.arange(12.0).reshape(3, 4)
-  got = ablation.rank_agreement(drop, drop * 2)
-  assert got["spearman"] == pytest.approx(1.0) and got["overlap"] == 6
-  assert ablation.rank_agreement(drop, -drop)["overlap"] == 0
-
-
 @pytest.mark.slow
 def test_analysis_stages_end_to_end(tmp_path, minilm, monkeypatch):
   """finetune, linguistic and ablation stages on tiny inputs, in one workdir."""

@@ -342,41 +342,41 @@
     $("ex-title").textContent = `Dev example #${x.index}, layer ${l}, head ${h}: "${x.text}"`;
   }
 
-  // ---- per-head statistics: the effective and mixing stages ----
+  // ---- per-head results: every stage's maps, the gates, the scored orderings ----
   function buildStats() {
-    const st = D.effective, mx = D.mixing, sec = $("sec-stats");
-    const sources = {};  // Option value -> { text, maps, summary(map name) }.
-    if (st) {
-      const s = st.summary;
-      for (const k of Object.keys(st.maps)) {
-        sources[k] = { text: `${k} (${st.counts[k]} examples)`, maps: st.maps[k], summary: () =>
-          `${s.examples} ${s.split} examples, ${s.long_examples} longer than the head dimension ` +
-          `${s.head_dim} (only there can effective attention differ from raw attention).` };
-      }
+    const H = D.heads || { maps: [], agreement: [] }, sec = $("sec-stats");
+    const sources = {};  // Option value (stage, or stage/subset) -> { text, maps: {label: map} }.
+    for (const m of H.maps) {
+      const id = m.subset ? `${m.stage}/${m.subset}` : m.stage;
+      const n = m.examples == null ? "" : ` (${m.examples}${m.split ? " " + m.split : ""} examples)`;
+      const src = sources[id] || (sources[id] = { text: `${m.stage}${m.subset ? ": " + m.subset + " examples" : ""}${n}`, maps: {} });
+      src.maps[m.label] = m;
     }
-    if (!st || !Object.keys(st.maps).length) sec.append(el("p", { class: "note", text: "No effective/stats.json in this workdir: run the 'effective' stage for these maps." }));
-    if (mx && Object.keys(mx.maps).length) {
-      sources.mixing = { text: `context mixing (${mx.count} ${mx.split} examples)`, maps: mx.maps, summary: (name) => {
-        const rows = Object.entries(mx.agreement[name] || {}).map(([o, r]) =>
-          `${o} ${fmt(r.rho, 2)} (p within layers ${fmt(r.p_within_layers, 3)})`);
-        return `Mixing stage: means over the real tokens of ${mx.count} ${mx.split} examples.` +
-          (rows.length ? ` Spearman ρ over heads with ${rows.join(", ")}.` : "");
-      } };
-    } else {
-      sec.append(el("p", { class: "note", text: "No mixing/stats.json in this workdir: run the 'mixing' stage for per-head context-mixing maps." }));
+    if (!H.maps.length) {
+      sec.append(el("p", { class: "note", text: "No per-head results in this workdir: run a per-head stage (effective, mixing, ablation, finetune, linguistic, sort, orderings)." }));
+      return;
     }
-    if (!Object.keys(sources).length) return;
+    const summary = (m) => {
+      const what = m.higher ? `Higher = ${m.higher}.` : "";
+      const unit = m.unit ? ` Unit: ${m.unit}.` : "";
+      const rows = H.agreement.filter((r) => r.measure === m.key || r.score === m.key).map((r) => {
+        const other = r.measure === m.key ? r.score : r.measure;
+        return `${other} ${fmt(r.rho, 2)} (p within layers ${fmt(r.p_within_layers, 3)}, Holm ${fmt(r.p_holm, 3)})`;
+      });
+      return `${m.key}. ${what}${unit}` + (rows.length ? ` Spearman ρ over heads with ${rows.join(", ")}.` : "");
+    };
     const subsetSel = $("stat-subset"), mapSel = $("stat-map");
     for (const [k, src] of Object.entries(sources)) subsetSel.append(el("option", { value: k, text: src.text }));
     const draw = () => {
-      const src = sources[subsetSel.value], maps = src.maps;
+      const maps = sources[subsetSel.value].maps;
       if (!maps[mapSel.value]) { mapSel.replaceChildren(...Object.keys(maps).map((k) => el("option", { value: k, text: k }))); }
-      const { lo, hi } = Draw.headMap($("stat-map-grid"), maps[mapSel.value], {
+      const m = maps[mapSel.value];
+      const { lo, hi } = Draw.headMap($("stat-map-grid"), m.values, {
         cls: "stat-cell", map: "vir", onclick: select,
         label: (l, h, v) => `layer ${l}, head ${h}: ${mapSel.value} = ${fmt(v, 4)}`,
       });
       Draw.colorbar($("stat-bar"), "vir", lo, hi, (v) => fmt(v, 3));
-      $("stat-summary").textContent = src.summary(mapSel.value);
+      $("stat-summary").textContent = summary(m);
     };
     subsetSel.addEventListener("change", draw); mapSel.addEventListener("change", draw); draw();
   }
