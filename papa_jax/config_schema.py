@@ -122,8 +122,8 @@ def launcher_argv(argv: list[str]) -> list[str]:
   if overrides:
     spec = [a[len("--config="):] for a in argv if a.startswith("--config=")]
     config = config_file(spec[-1]) if spec else get_config()
-    for path in overrides if config is not None else ():
-      check_field(path, config)
+    if config is not None:
+      check_fields(overrides, config)
   return quote_name_lists(argv)
 
 
@@ -145,19 +145,25 @@ def config_file(spec: str) -> ml_collections.ConfigDict | None:
 def check_field(path: str, config: ml_collections.ConfigDict | None = None) -> None:
   """`ConfigError` unless `path` ('probe.learning_rate') names a field or group of `config`
   (default: the schema's), naming the nearest fields and the group's own."""
+  check_fields([path], config)
+
+
+def check_fields(paths: list[str], config: ml_collections.ConfigDict | None = None) -> None:
+  """`check_field` for each of `paths`, flattening `config` once."""
   leaves = _flat(json.loads((config or get_config()).to_json_best_effort()))
   groups = {leaf.rsplit(".", i)[0] for leaf in leaves for i in range(1, leaf.count(".") + 1)}
-  if path in leaves or path in groups:
-    return
-  near = difflib.get_close_matches(path, list(leaves), n=2, cutoff=0.85)
-  group = path.rpartition(".")[0]
-  own = [leaf[len(group) + 1:] for leaf in leaves
-         if group in groups and leaf.startswith(group + ".") and "." not in leaf[len(group) + 1:]]
-  raise ConfigError(
-      f"--config.{path}: no such config field"
-      + (f"; did you mean {' or '.join('--config.' + n for n in near)}?" if near else ".")
-      + (f" The {group} group has {', '.join(own)}." if own else "")
-      + " Every field: docs/config.md.")
+  for path in paths:
+    if path in leaves or path in groups:
+      continue
+    near = difflib.get_close_matches(path, list(leaves), n=2, cutoff=0.85)
+    group = path.rpartition(".")[0]
+    own = [leaf[len(group) + 1:] for leaf in leaves if group in groups
+           and leaf.startswith(group + ".") and "." not in leaf[len(group) + 1:]]
+    raise ConfigError(
+        f"--config.{path}: no such config field"
+        + (f"; did you mean {' or '.join('--config.' + n for n in near)}?" if near else ".")
+        + (f" The {group} group has {', '.join(own)}." if own else "")
+        + " Every field: docs/config.md.")
 
 
 def _names(config: ml_collections.ConfigDict, field: str, known: tuple[str, ...],
