@@ -72,16 +72,23 @@ def test_multiprocess_mixing_stage_equals_single_process(tmp_path):
                                            "rollout_self_alti"}
 
 
-def _pipeline_args(workdir, extra=()):
-  """Every stage on a small run: means, sort (a half-heads fraction), cached probes."""
+def _small_run(workdir, *flags):
+  """The quickstart on a small SST-2 subset (32 tokens, one sorting epoch, two probe epochs),
+  with `flags` on top."""
   return [sys.executable, MAIN, "--config=" + os.path.join(ROOT, "configs", "quickstart.py"),
           f"--workdir={workdir}", model_flag(),
           f"--config.data.data_dir={require_shared('data', 'sst2')}",
-          "--config.data.max_length=32", "--config.data.max_train_examples=96",
-          "--config.data.max_eval_examples=40", "--config.run.batch_size=16",
-          "--config.papa.fractions=(0.0,0.5,1.0)", "--config.papa.seeds=(1,2)",
-          "--config.papa.orderings=lambda,gradient", "--config.sort.epochs=1",
-          "--config.sort.max_train_examples=-1", "--config.probe.epochs=2", *extra]
+          "--config.data.max_length=32", "--config.data.max_eval_examples=40",
+          "--config.run.batch_size=16", "--config.sort.epochs=1", "--config.probe.epochs=2",
+          *flags]
+
+
+def _pipeline_args(workdir, extra=()):
+  """Every stage on a small run: means, sort (a half-heads fraction), cached probes."""
+  return _small_run(workdir, "--config.data.max_train_examples=96",
+                    "--config.papa.fractions=(0.0,0.5,1.0)", "--config.papa.seeds=(1,2)",
+                    "--config.papa.orderings=lambda,gradient",
+                    "--config.sort.max_train_examples=-1", *extra)
 
 
 def test_multiprocess_whole_pipeline_equals_single_process(tmp_path):
@@ -132,17 +139,12 @@ def test_multiprocess_sigterm_to_one_host_stops_every_host_at_the_same_step(tmp_
     # 30 batches per pass and per epoch, each checkpointed (every 2 steps in a probe): a
     # signal sent when a checkpoint appears lands mid-pass, where the hosts agree to stop at
     # a multiple of preemption_check_every.
-    return [sys.executable, MAIN, "--config=" + os.path.join(ROOT, "configs", "quickstart.py"),
-            f"--workdir={workdir}", model_flag(),
-            f"--config.data.data_dir={require_shared('data', 'sst2')}",
-            "--config.data.max_length=32", "--config.data.max_train_examples=480",
-            "--config.data.max_eval_examples=40", "--config.run.batch_size=16",
-            "--config.papa.fractions=(0.0,1.0)", "--config.papa.seeds=(1,)",
-            "--config.sort.epochs=1", "--config.sort.max_train_examples=64",
-            "--config.probe.epochs=2", "--config.effective.split=train",
-            "--config.effective.max_examples=480",
-            "--config.run.checkpoint_every_batches=1", "--config.run.checkpoint_every_steps=2",
-            *extra]
+    return _small_run(workdir, "--config.data.max_train_examples=480",
+                      "--config.papa.fractions=(0.0,1.0)", "--config.papa.seeds=(1,)",
+                      "--config.sort.max_train_examples=64", "--config.effective.split=train",
+                      "--config.effective.max_examples=480",
+                      "--config.run.checkpoint_every_batches=1",
+                      "--config.run.checkpoint_every_steps=2", *extra)
 
   _run(run_args(one), env=_env(devices=2), timeout=900)
   _run(run_args(one, ["--config.stage=effective"]), env=_env(devices=2))
