@@ -15,6 +15,7 @@ VARIANTS = ("raw", "effective", "uniform", "row_mean", "compressed")  # papa/con
 FEATURE_DTYPES = ("float32", "bfloat16")
 ABLATIONS = ("uniform", "constant", "effective")
 ORDERINGS = ("lambda", "random", "entropy", "variance", "kl", "gradient", "ablation")
+DATA_FORMATS = ("csv", "tsv", "jsonl", "conll", "conllu")  # papa_jax/data/formats.py
 MIXING_METHODS = ("norms", "alti", "globenc", "value_zeroing")
 # Per-layer context-mixing maps the explorer can store per example (`api.context_mixing`).
 EXPLORE_MIXING = ("attention", "attention_rollout", "attn", "attnres", "attnresln", "globenc",
@@ -77,7 +78,7 @@ FIELDS: dict[str, Field | Group] = dict(
                  "--config.data.custom.text_fields=\"('question', 'answer')\".", dict(
                      name=F("", "Shown in results; '' means 'custom'. Not a built-in task's "
                             "name."),
-                     format=F("", "csv, tsv, jsonl, conll or conllu."),
+                     format=F("", f"{', '.join(DATA_FORMATS[:-1])} or {DATA_FORMATS[-1]}."),
                      kind=F("classification", "classification or regression (csv, tsv, "
                             "jsonl); tagging (conll, conllu)."),
                      train=F("", "The train split's file, relative to data.data_dir (the working "

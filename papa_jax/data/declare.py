@@ -16,10 +16,10 @@ import re
 from absl import logging
 
 from papa_jax import shared
-from papa_jax.data import conll, readers, tables
+from papa_jax.data import formats, readers
 from papa_jax.data.errors import TaskConfigError
-from papa_jax.data.tasks import (ENTITY_METRICS, FORMATS, KINDS, METRICS, TABLE_FORMATS,
-                                 TAGGING_FORMATS, TASKS, TOKEN_METRICS, Task, get_task)
+from papa_jax.data.tasks import (ENTITY_METRICS, KINDS, METRICS, TASKS, TOKEN_METRICS, Task,
+                                 get_task)
 
 CUSTOM = "custom"
 SOURCES = ("local", "tfds")
@@ -30,14 +30,8 @@ _DECLARING = ("name", "format", *SPLITS, "text_fields", "label_field", "label_na
 _IOB = re.compile(r"O|[BIES]-.+")
 
 
-def _fail(field: str, value, why: str) -> TaskConfigError:
-  return TaskConfigError(f"data.custom.{field}={value!r}: {why}")
-
-
-def _strings(field: str, value) -> tuple[str, ...]:
-  if isinstance(value, str) or not all(isinstance(v, str) for v in value):
-    raise _fail(field, value, "must be a tuple of strings, e.g. ('a', 'b').")
-  return tuple(value)
+_fail = formats.field_error
+_strings = formats.strings
 
 
 def default_metrics(kind: str, label_names: tuple[str, ...]) -> tuple[str, ...]:
@@ -74,54 +68,21 @@ def _check_metrics(c, kind: str) -> tuple[str, ...]:
   return metrics
 
 
-def _check_fields(c, fmt: str, kind: str) -> None:
-  if fmt in TABLE_FORMATS:
-    fields = _strings("text_fields", c.text_fields)
-    if len(fields) not in (1, 2):
-      raise _fail("text_fields", fields, "name one text field (single sentence) or two "
-                  "(a pair).")
-    if not c.label_field:
-      raise _fail("label_field", c.label_field, f"a {fmt} task needs its label's field.")
-    if len(set(fields + (c.label_field,))) != len(fields) + 1:
-      raise _fail("text_fields", fields, f"repeats a field (label_field={c.label_field!r}).")
-    if fmt != "jsonl" and not c.header:
-      for name, values in (("text_fields", fields), ("label_field", (c.label_field,))):
-        if not all(re.fullmatch(r"[0-9]+", v) for v in values):
-          raise _fail(name, c[name], "without a header, fields are 0-based column numbers "
-                      "written as strings, e.g. ('3',).")
-    if c.quoting not in ("", *tables.QUOTING) or (c.quoting and fmt == "jsonl"):
-      raise _fail("quoting", c.quoting, "use '' (the format's default), 'rfc4180' or 'none' "
-                  "(csv and tsv only).")
-  else:
-    if c.text_fields or c.label_field:
-      raise _fail("text_fields" if c.text_fields else "label_field",
-                  c.text_fields or c.label_field,
-                  f"does not apply to {fmt}: tokens and tags are read from "
-                  + ("token_column and tag_column." if fmt == "conll" else "FORM and tag_field."))
-    if fmt == "conllu" and c.tag_field not in conll.CONLLU_TAG_FIELDS:
-      raise _fail("tag_field", c.tag_field, f"use one of {list(conll.CONLLU_TAG_FIELDS)}.")
-    if fmt == "conll" and c.separator not in conll.SEPARATORS:
-      raise _fail("separator", c.separator, f"use one of {list(conll.SEPARATORS)}.")
-
-
 def custom_task(c) -> Task:
   """The Task a `data.custom` block declares (labels may still be empty)."""
-  if c.format not in FORMATS:
-    raise _fail("format", c.format, f"use one of {list(FORMATS)}.")
+  if c.format not in formats.FORMATS:
+    raise _fail("format", c.format, f"use one of {list(formats.FORMATS)}.")
   if c.kind not in KINDS:
     raise _fail("kind", c.kind, f"use one of {list(KINDS)}.")
   fmt, kind = c.format, c.kind
-  if (kind == "tagging") != (fmt in TAGGING_FORMATS):
-    raise _fail("kind", kind, f"a {fmt} file holds "
-                + ("tagged tokens: use kind='tagging'." if fmt in TAGGING_FORMATS else
-                   "texts with labels: use kind='classification' or 'regression'."))
+  formats.check_kind(fmt, kind)
   name = c.name or CUSTOM
   if name in TASKS:
     raise _fail("name", c.name, "is a built-in task's name; choose another for results.")
   for split in ("train", "validation"):
     if not c[split]:
       raise _fail(split, c[split], f"name the {split} split's file.")
-  _check_fields(c, fmt, kind)
+  formats.check_fields(c)
   labels = _strings("label_names", c.label_names)
   if kind == "regression" and labels:
     raise _fail("label_names", labels, "a regression task has no label names.")
@@ -129,12 +90,10 @@ def custom_task(c) -> Task:
     raise _fail("label_names", labels, "must be distinct, non-empty, without surrounding "
                 "spaces (labels are compared after stripping).")
   metrics = _check_metrics(c, kind)
-  return Task(
-      name=name, kind=kind, label_names=labels, metrics=metrics, format=fmt,
-      files={s: c[s] for s in SPLITS if c[s]}, header=c.header, quoting=c.quoting,
-      text_fields=tuple(c.text_fields), label_field=c.label_field,
-      token_column=c.token_column, tag_column=c.tag_column, separator=c.separator,
-      tag_field=c.tag_field)
+  options = {f: tuple(c[f]) if isinstance(c[f], (list, tuple)) else c[f]
+             for f in formats.OPTIONS}  # Every format's: a Task holds them all.
+  return Task(name=name, kind=kind, label_names=labels, metrics=metrics, format=fmt,
+              files={s: c[s] for s in SPLITS if c[s]}, **options)
 
 
 def _custom_block(data_cfg):

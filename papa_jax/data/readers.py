@@ -16,7 +16,7 @@ import re
 from typing import Iterable, Iterator
 
 from papa_jax import shared
-from papa_jax.data import conll, tables
+from papa_jax.data import conll, formats, tables
 from papa_jax.data.errors import DataError
 from papa_jax.data.tasks import TASKS, Task
 
@@ -82,18 +82,11 @@ def split_path(task: Task, data_dir: str, split: str) -> str:
 
 
 def raw_examples(task: Task, path: str) -> Iterator[tables.TextRow | conll.TagSentence | DataError]:
-  """The file's examples with their labels as written (see `tables`, `conll`)."""
-  if task.format in ("csv", "tsv"):
-    return tables.read_table(path, task.format, header=task.header, quoting=task.quoting,
-                             text_fields=task.text_fields, label_field=task.label_field)
-  if task.format == "jsonl":
-    return tables.read_jsonl(path, text_fields=task.text_fields, label_field=task.label_field)
-  if task.format == "conll":
-    return conll.read_conll(path, token_column=task.token_column, tag_column=task.tag_column,
-                            separator=task.separator)
-  if task.format == "conllu":
-    return conll.read_conllu(path, tag_field=task.tag_field)
-  raise DataError(f"Task {task.name}: unknown format {task.format!r}.")
+  """The file's examples with their labels as written, by its format's reader
+  (`formats.FORMATS`; see `tables`, `conll`)."""
+  if task.format not in formats.FORMATS:
+    raise DataError(f"Task {task.name}: unknown format {task.format!r}.")
+  return formats.FORMATS[task.format].read(task, path)
 
 
 class UnknownLabel(DataError):

@@ -15,9 +15,6 @@ import types
 from papa_jax.data.errors import TaskConfigError
 
 KINDS = ("classification", "regression", "tagging")
-TABLE_FORMATS = ("csv", "tsv", "jsonl")
-TAGGING_FORMATS = ("conll", "conllu")
-FORMATS = TABLE_FORMATS + TAGGING_FORMATS
 # The metrics of papa_jax/metrics.py each kind can report. Tagging scores
 # entities (IOB chunks: f1, precision, recall, plus token accuracy) when "f1" is
 # among its metrics, else token accuracy alone.
@@ -54,7 +51,7 @@ class Task:
     label_names: class names (or tags) in label-id order; empty for regression,
       and for a declared task whose labels are still to be collected.
     metrics: metric names; the first is the headline score.
-    format: "csv", "tsv", "jsonl", "conll" or "conllu".
+    format: a registered format's name (`formats.FORMATS`: csv, tsv, jsonl, conll, conllu).
     files: split -> file (relative to the data directory, or absolute).
     local_subdir: default data directory under `$PAPA_SHARED/data` ("": none).
     file_patterns: `files` are glob patterns matching one file each.
