@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from papa_jax import attention_flow, mixing, parallel, reader
+from papa_jax import attention_flow, mixing, mixing_methods, parallel, reader
 from papa_jax.convert import Pretrained
 from papa_jax.data import preprocess, tasks
 from papa_jax.effective import effective_attention
@@ -104,8 +104,7 @@ def load_results(path: str) -> dict:
   return out
 
 
-MIXING = ("attention", "head_norms", "attn", "attnres", "attnresln", "globenc", "alti",
-          "value_zeroing")
+MIXING = mixing_methods.NAMES  # The registry, papa_jax/mixing_methods.py.
 FLOW = "attention_flow"  # CPU max-flow per example (papa_jax/attention_flow.py): opt-in.
 
 
@@ -117,14 +116,16 @@ def context_mixing(model: Pretrained, data: preprocess.Encoded, methods: Sequenc
   Args:
     model: a loaded post-LayerNorm encoder (float32).
     data: encoded examples (`encode_texts`).
-    methods: any of `MIXING`: "attention" (head-mean attention, rows renormalised),
-      "head_norms" (`[B, layers, H, N, N]`), the summed norms "attn", "attnres",
-      "attnresln", "globenc" (N-Enc), "alti", "value_zeroing" (row-normalised);
-      and `FLOW`, "attention_flow" (the last layer's flow, `[B, N, N]`; n^2 max-flow
-      solves per example on the CPU: slow above ~64 tokens, and it warns).
+    methods: any of `MIXING` (the registry, `mixing_methods.METHODS`): "attention"
+      (head-mean attention, rows renormalised), "head_norms" (`[B, layers, H, N, N]`), the
+      summed norms "attn", "attnres", "attnresln", "globenc" (N-Enc), "alti",
+      "value_zeroing" (row-normalised); and `FLOW`, "attention_flow" (the last layer's
+      flow, `[B, N, N]`; n^2 max-flow solves per example on the CPU: slow above ~64
+      tokens, and it warns).
     batch_size: examples per forward.
-    rollout: also `<method>_rollout` for attention (residual 0.5), alti,
-      value_zeroing and globenc (no residual, unnormalised products).
+    rollout: also `<method>_rollout` for the methods rolled out (`MixingMethod.rollout`):
+      attention (residual 0.5), alti, value_zeroing and globenc (no residual,
+      unnormalised products).
     allow_low_precision: accept a bfloat16 model (the decompositions then hold to ~1e-2).
 
   Returns:
@@ -159,6 +160,7 @@ def context_mixing(model: Pretrained, data: preprocess.Encoded, methods: Sequenc
 @functools.lru_cache(maxsize=8)
 def _mixing_fn(config, methods: tuple[str, ...], rollout: bool):
   module = Encoder(config)
+  options = mixing_methods.Options()  # The `mixing` group's defaults.
 
   def fn(params, batch):
     out = module.apply({"params": params}, batch["input_ids"], batch["attention_mask"],
@@ -167,19 +169,13 @@ def _mixing_fn(config, methods: tuple[str, ...], rollout: bool):
     maps: dict[str, list] = {}
     for l, layer in enumerate(out.layers):
       t = mixing.layer_terms(layer, out.hidden_states[l], m, params[f"layer_{l}"])
-      layer_maps = dict(
-          attention=lambda: mixing.attention_matrix(t), head_norms=lambda: mixing.head_norms(t),
-          attn=lambda: mixing.summed_norms(t, "attn"),
-          attnres=lambda: mixing.summed_norms(t, "attnres"),
-          attnresln=lambda: mixing.summed_norms(t, "attnresln"),
-          globenc=lambda: mixing.summed_norms(t, "enc"), alti=lambda: mixing.alti(t),
-          value_zeroing=lambda: mixing.value_zeroing(t, config))
       for name in methods:
-        maps.setdefault(name, []).append(layer_maps[name]())
-    if rollout:
-      for name, residual in mixing.ROLLOUT_RESIDUAL.items():
-        if name in maps:
-          maps[f"{name}_rollout"] = mixing.rollout(maps[name], m, residual=residual)
+        maps.setdefault(name, []).append(mixing_methods.METHODS[name].layer(t, config, options))
+    for name in tuple(maps) if rollout else ():
+      method = mixing_methods.METHODS[name]
+      if method.rollout:
+        maps[name + mixing_methods.ROLLOUT] = mixing.rollout(maps[name], m,
+                                                             residual=method.residual)
     return {k: jnp.stack(v, 1) for k, v in maps.items()}
 
   return jax.jit(fn)

@@ -16,8 +16,11 @@ FEATURE_DTYPES = ("float32", "bfloat16")
 ABLATIONS = ("uniform", "constant", "effective")
 ORDERINGS = ("lambda", "random", "entropy", "variance", "kl", "gradient", "ablation")
 DATA_FORMATS = ("csv", "tsv", "jsonl", "conll", "conllu")  # papa_jax/data/formats.py
+# The mixing stage's methods (papa_jax/mixing_methods.py, STAGE_METHODS), in the order of
+# mixing.methods' default, a results field.
 MIXING_METHODS = ("norms", "alti", "globenc", "value_zeroing")
-# Per-layer context-mixing maps the explorer can store per example (`api.context_mixing`).
+# Per-layer context-mixing maps the explorer can store per example (`api.context_mixing`;
+# papa_jax/mixing_methods.py, LABELS).
 EXPLORE_MIXING = ("attention", "attention_rollout", "attn", "attnres", "attnresln", "globenc",
                   "globenc_rollout", "alti", "alti_rollout", "value_zeroing",
                   "value_zeroing_rollout")

@@ -22,6 +22,8 @@ query rows or zeroed tokens.
     `out_i^{not j} = Phi(u_i - z_ij)` (§7.2), vectorised over the zeroed token;
   * `rollout`: Abnar & Zuidema (2020) over layers (`residual=0.5` for attention,
     None for contribution matrices that hold the residual already).
+The methods built from these, by name (what the API, the mixing stage and the explorer
+compute): `papa_jax/mixing_methods.py`.
 """
 
 from __future__ import annotations
@@ -42,9 +44,6 @@ Array = jax.Array
 CAPTURE = Capture(probs=True, transformed_values=True, head_outputs=True, attention_output=True,
                   layer_norms=True)
 KINDS = ("attn", "attnres", "attnresln", "enc")
-# Rollout's residual per layer matrix: 0.5 for attention (Abnar & Zuidema); None for the
-# contribution matrices, which hold the residual already.
-ROLLOUT_RESIDUAL = {"attention": 0.5, "alti": None, "value_zeroing": None, "globenc": None}
 HIGHEST = jax.lax.Precision.HIGHEST
 
 

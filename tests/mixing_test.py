@@ -436,6 +436,45 @@ def test_mixing_invariances_under_reparametrisation():
 
 
 @pytest.mark.unit
+def test_mixing_registry_is_the_config_and_the_api_computes_every_method():
+  """The registry (papa_jax/mixing_methods.py) is what the config lists and the stage and
+  explorer read; `api.context_mixing` computes every registered method (and the rollouts
+  it declares) on the tiny BERT, each map shaped, finite, 0 on padding and, where the
+  record says so, row-stochastic."""
+  from papa_jax import config_fields, config_schema, mixing_methods as mm
+  from papa_jax.analysis import mixing_stats
+  from papa_jax.explorer import collect
+  assert config_schema.EXPLORE_MIXING == tuple(mm.LABELS) == tuple(collect.MIXING_LABELS)
+  assert all(not mm.METHODS[n.removesuffix(mm.ROLLOUT)].heads for n in mm.LABELS)
+  # mixing.methods: the same names (its order is its default's, a results field).
+  assert sorted(config_fields.MIXING_METHODS) == sorted(mm.STAGE_METHODS) == sorted(
+      set(mixing_stats.METHODS))
+  assert pj.api.MIXING == mm.NAMES and mixing_stats.RATIOS == mm.RATIOS
+  for m in mm.METHODS.values():
+    assert m.head_form in mixing_stats.PER_HEAD and m.head_form in mixing_stats.Mixing.infos
+    assert m.cost and (m.label or m.heads) and (m.rollout_label or not m.rollout) and (
+        m.residual is None or m.rollout) and (not m.ratio or m.name in mixing.KINDS), m.name
+  model = convert.load_pretrained(str(require_shared("fixtures", "tiny-random", "bert",
+                                                     "BertModel")))
+  ids = np.random.default_rng(5).integers(5, model.config.vocab_size, (2, 7)).astype(np.int32)
+  mask = np.array([[1] * 7, [1] * 5 + [0] * 2], np.int32)
+  maps = pj.context_mixing(model, _encoded(ids, mask))  # Every method, rollouts on.
+  rolled = {n + mm.ROLLOUT: m for n, m in mm.METHODS.items() if m.rollout}
+  assert set(maps) == set(mm.METHODS) | set(rolled)
+  layers, heads = model.config.num_layers, model.config.num_heads
+  real = mask > 0
+  pad_pair = ~(real[:, :, None] & real[:, None, :])
+  for name, v in maps.items():
+    m = mm.METHODS.get(name) or rolled[name]
+    assert v.shape == (2, layers) + ((heads,) if m.heads else ()) + (7, 7), name
+    assert np.isfinite(v).all() and v.max() > 0, name
+    for b in range(2):
+      assert np.all(v[b][..., pad_pair[b]] == 0), name
+      if name in mm.METHODS:  # `normalized` says whether the stage must renormalise.
+        assert np.allclose(v[b].sum(-1)[..., real[b]], 1.0, atol=1e-5) == m.normalized, name
+
+
+@pytest.mark.unit
 def test_mixing_refuses_layers_it_cannot_decompose(tmp_path):
   """Pre-LN layers (ModernBERT): the API and the tail form refuse by the model's property
   instead of returning a wrong number."""

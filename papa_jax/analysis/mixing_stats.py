@@ -32,13 +32,14 @@ from typing import ClassVar
 import jax.numpy as jnp
 import numpy as np
 
-from papa_jax import head_maps, mixing, runner, workdir
+from papa_jax import head_maps, mixing, mixing_methods, runner, workdir
 from papa_jax.analysis import figures, per_head
 from papa_jax.errors import ConfigError
 from papa_jax.stage import Setup
 
-METHODS = ("norms", "alti", "globenc", "value_zeroing")  # Rollout of attention always.
-RATIOS = ("attn", "attnres", "attnresln")
+# `mixing.methods` and the mixing ratios, from the registry (papa_jax/mixing_methods.py);
+# attention's rollout always.
+METHODS, RATIOS = mixing_methods.STAGE_METHODS, mixing_methods.RATIOS
 PER_HEAD = ("norm_mass", "head_share", "attention_self")  # Compared with the head scores.
 
 
@@ -87,6 +88,7 @@ class Mixing(per_head.PerHeadAnalysis):
     self_of = lambda c: row_mean(jnp.diagonal(c, axis1=-2, axis2=-1))
     per: dict[str, list] = {}
     rolls: dict[str, list] = {}
+    options = mixing_methods.Options(self.alti_chunk, self.vz_chunk, self.reference_quirks)
     add = lambda k, v: per.setdefault(k, []).append(v)
     for l, layer in enumerate(out.layers):
       t = mixing.layer_terms(layer, out.hidden_states[l], mask, p[f"layer_{l}"])
@@ -97,24 +99,16 @@ class Mixing(per_head.PerHeadAnalysis):
       rolls.setdefault("attention", []).append(mixing.attention_matrix(t))
       for kind in RATIOS:
         add(f"mixing_ratio_{kind}", row_mean(mixing.mixing_ratios(t, kind)))
-      if "norms" in self.methods:
-        add("self_attnresln", self_of(mixing.normalize_rows(mixing.summed_norms(t, "attnresln"),
-                                                            m)))
-      if "globenc" in self.methods:
-        enc = mixing.summed_norms(t, "enc")
-        add("self_globenc", self_of(mixing.normalize_rows(enc, m)))
-        rolls.setdefault("globenc", []).append(enc)
-      if "alti" in self.methods:
-        c = mixing.alti(t, chunk=self.alti_chunk, reference_quirks=self.reference_quirks)
-        add("self_alti", self_of(c))
-        rolls.setdefault("alti", []).append(c)
-      if "value_zeroing" in self.methods:
-        c = mixing.value_zeroing(t, self.config, chunk=self.vz_chunk)
-        add("self_value_zeroing", self_of(c))
-        rolls.setdefault("value_zeroing", []).append(c)
+      for method in mixing_methods.staged(self.methods):  # Row shares of every map.
+        c = method.layer(t, self.config, options)
+        add(f"self_{method.name}", self_of(c if method.normalized else
+                                           mixing.normalize_rows(c, m)))
+        if method.rollout:
+          rolls.setdefault(method.name, []).append(c)
     for name, mats in rolls.items():
-      for r in mixing.rollout(mats, m, residual=mixing.ROLLOUT_RESIDUAL[name]):
-        if name == "globenc":  # Unnormalised products (the reference): report row shares.
+      method = mixing_methods.METHODS[name]
+      for r in mixing.rollout(mats, m, residual=method.residual):
+        if not method.normalized:  # Unnormalised products (the reference): report row shares.
           r = mixing.normalize_rows(r, m)
         add(f"rollout_self_{name}", self_of(r))
     return {k: runner.Weighted(tuple(v), every) for k, v in per.items()}

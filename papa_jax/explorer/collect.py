@@ -12,32 +12,14 @@ from absl import logging
 
 from papa_jax import api
 from papa_jax import data as data_lib
-from papa_jax import effective, head_maps, reader, results
+from papa_jax import effective, head_maps, mixing_methods, reader, results
 from papa_jax.explorer import pack
 from papa_jax.models.encoder import Capture
 from papa_jax.errors import ConfigError
 
-# What each per-layer context-mixing map of an example is (`explore.mixing`; all heads).
-MIXING_LABELS = dict(
-    attention="attention: the head mean of α, rows renormalised over the real tokens",
-    attention_rollout="attention rollout (Abnar & Zuidema 2020): the product over the layers up "
-                      "to this one of 0.5 A + 0.5 I, A the head-mean attention",
-    attn="Attn-N (Kobayashi et al. 2020): ||Σ_h α^h_ij f^h_j||, attention weighted by the "
-         "norms of the transformed values",
-    attnres="AttnRes-N (Kobayashi et al. 2021): Attn-N with the residual on the diagonal",
-    attnresln="AttnResLn-N (Kobayashi et al. 2021): the norm of token j's part of token i's "
-              "vector through attention, the residual and the first LayerNorm",
-    globenc="GlobEnc's N-Enc (Modarressi et al. 2022): AttnResLn-N through both LayerNorms, "
-            "this layer alone",
-    globenc_rollout="GlobEnc (Modarressi et al. 2022): N-Enc rolled out over the layers up to "
-                    "this one (unnormalised products)",
-    alti="ALTI (Ferrando et al. 2022): token j's contribution to token i's output of this "
-         "layer, by L1 distances; rows sum to 1",
-    alti_rollout="ALTI rollout: each input token's contribution to token i after this layer",
-    value_zeroing="value zeroing (Mohebbi et al. 2023): how far token i's output moves (cosine "
-                  "distance) when token j's values are zeroed in every head; rows sum to 1",
-    value_zeroing_rollout="value zeroing rollout: the product over the layers up to this one")
-ROLLOUT = "_rollout"
+# What each per-layer context-mixing map of an example is (`explore.mixing`; all heads): the
+# registry's (papa_jax/mixing_methods.py), rollouts too.
+MIXING_LABELS = mixing_methods.LABELS
 
 
 @jax.jit
@@ -124,9 +106,11 @@ def mixing_maps(model, data, names: Sequence[str], batch_size: int = 8) -> dict[
   bad = sorted(set(names) - set(MIXING_LABELS))
   if bad:
     raise ConfigError(f"Unknown context-mixing maps {bad}; choose from {tuple(MIXING_LABELS)}.")
-  base = tuple(dict.fromkeys(n[:-len(ROLLOUT)] if n.endswith(ROLLOUT) else n for n in names))
+  rolled = [n for n in names if n.endswith(mixing_methods.ROLLOUT)]
+  base = tuple(dict.fromkeys(n.removesuffix(mixing_methods.ROLLOUT) if n in rolled else n
+                             for n in names))
   maps = api.context_mixing(model, data, base, batch_size=max(1, min(batch_size, len(data))),
-                            rollout=any(n.endswith(ROLLOUT) for n in names))
+                            rollout=bool(rolled))
   return {n: maps[n] for n in names}
 
 
