@@ -1,83 +1,122 @@
 """Hugging Face PyTorch models as the oracle: small random ones, saved to disk.
 
 Each spec builds a randomly initialised HF model with `transformers` itself,
-so the reference numerics are Hugging Face's own code.
+so the reference numerics are Hugging Face's own code. The families and their HF classes come
+from the converter's registry (`papa_jax/convert/families`); their random configs are here.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
+
+from papa_jax.convert.families import FAMILIES, CodePath, Family
 
 COMMON = dict(vocab_size=120, hidden_size=64, num_hidden_layers=3,
               num_attention_heads=4, intermediate_size=96,
               max_position_embeddings=128)
+MODERNBERT_IDS = dict(pad_token_id=0, bos_token_id=1, eos_token_id=2, cls_token_id=1,
+                      sep_token_id=2)
+
+
+# Each registered family's random architectures (`papa_jax.convert.families.FAMILIES`), under the
+# family's name: architecture -> its random Hugging Face config, from the `transformers`
+# module; the model class is the family's `oracle_class`. One architecture is named after its
+# family (the one family-level tests run); the others are variants that parity and conversion
+# also run. tests/convert/families_test.py fails when a registered family has no entry here.
+RANDOM_CONFIGS = {
+    "bert": {"bert": lambda tr: tr.BertConfig(**COMMON)},
+    "roberta": {"roberta": lambda tr: tr.RobertaConfig(
+        **{**COMMON, "max_position_embeddings": 130}, type_vocab_size=1, pad_token_id=1,
+        bos_token_id=0, eos_token_id=2)},
+    "electra": {"electra": lambda tr: tr.ElectraConfig(**COMMON, embedding_size=32)},
+    "distilbert": {"distilbert": lambda tr: tr.DistilBertConfig(
+        vocab_size=120, dim=64, n_layers=3, n_heads=4, hidden_dim=96,
+        max_position_embeddings=128)},
+    "deberta": {
+        # Like microsoft/deberta-base.
+        "deberta": lambda tr: tr.DebertaConfig(
+            **COMMON, type_vocab_size=0, relative_attention=True, max_relative_positions=-1,
+            pos_att_type="c2p|p2c", position_biased_input=False, layer_norm_eps=1e-7),
+        # v1 with absolute positions, segments and a short span.
+        "deberta-abs": lambda tr: tr.DebertaConfig(
+            **COMMON, type_vocab_size=2, relative_attention=True, max_relative_positions=16,
+            pos_att_type=["c2p"], position_biased_input=True),
+    },
+    "deberta-v2": {
+        # Like microsoft/deberta-v3: buckets, shared keys.
+        "deberta-v3": lambda tr: tr.DebertaV2Config(
+            **COMMON, type_vocab_size=0, relative_attention=True, position_buckets=16,
+            max_relative_positions=-1, pos_att_type=["p2c", "c2p"], norm_rel_ebd="layer_norm",
+            share_att_key=True, position_biased_input=False, layer_norm_eps=1e-7),
+        # v2-xlarge style: own position projections, embed_proj.
+        "deberta-v2": lambda tr: tr.DebertaV2Config(
+            **COMMON, type_vocab_size=0, embedding_size=48, relative_attention=True,
+            position_buckets=-1, max_relative_positions=32, pos_att_type="c2p|p2c",
+            share_att_key=False, position_biased_input=True),
+    },
+    # Like all-mpnet-base-v2: positions from pad 1, 32 relative buckets.
+    "mpnet": {"mpnet": lambda tr: tr.MPNetConfig(
+        **{**COMMON, "max_position_embeddings": 130}, pad_token_id=1,
+        relative_attention_num_buckets=32, layer_norm_eps=1e-5)},
+    "albert": {
+        # Like albert-base-v2: one shared group, factorised embeddings.
+        "albert": lambda tr: tr.AlbertConfig(**COMMON, embedding_size=32, hidden_act="gelu_new"),
+        # 3 layers over 2 groups (0, 0, 1), 2 blocks per layer.
+        "albert-groups": lambda tr: tr.AlbertConfig(
+            **{**COMMON, "num_hidden_layers": 3}, embedding_size=48, num_hidden_groups=2,
+            inner_group_num=2),
+    },
+    "modernbert": {
+        # Local layers 1, 3 see |i - j| <= 4 (of 40 tokens).
+        "modernbert": lambda tr: tr.ModernBertConfig(
+            **{**COMMON, "global_attn_every_n_layers": 2, "local_attention": 8,
+               "num_hidden_layers": 4}, **MODERNBERT_IDS),
+        # Every bias on, three layers: layer 1 and 2 local.
+        "modernbert-bias": lambda tr: tr.ModernBertConfig(
+            **{**COMMON, "global_attn_every_n_layers": 3, "local_attention": 6,
+               "attention_bias": True, "mlp_bias": True, "norm_bias": True,
+               "num_hidden_layers": 3}, **MODERNBERT_IDS),
+    },
+    "nomic_bert": {"nomic_bert": lambda tr: tr.NomicBertConfig(**COMMON)},
+}
+
+
+def _archs() -> dict[str, tuple[Family, Callable]]:
+  """Every random architecture of the registered families, in the registry's order:
+  name -> (family, config builder)."""
+  return {arch: (f, build) for f in FAMILIES for arch, build in RANDOM_CONFIGS.get(f.name,
+                                                                                    {}).items()}
 
 
 def spec(name: str):
   """(config, model class) for a named random test architecture."""
   import transformers as tr
-  if name == "bert":
-    return tr.BertConfig(**COMMON), tr.BertModel
-  if name == "roberta":
-    return tr.RobertaConfig(**{**COMMON, "max_position_embeddings": 130},
-                            type_vocab_size=1, pad_token_id=1, bos_token_id=0,
-                            eos_token_id=2), tr.RobertaModel
-  if name == "electra":
-    return tr.ElectraConfig(**COMMON, embedding_size=32), tr.ElectraModel
-  if name == "distilbert":
-    return tr.DistilBertConfig(vocab_size=120, dim=64, n_layers=3, n_heads=4,
-                               hidden_dim=96, max_position_embeddings=128), tr.DistilBertModel
-  if name == "deberta":  # Like microsoft/deberta-base.
-    return tr.DebertaConfig(**COMMON, type_vocab_size=0, relative_attention=True,
-                            max_relative_positions=-1, pos_att_type="c2p|p2c",
-                            position_biased_input=False, layer_norm_eps=1e-7), tr.DebertaModel
-  if name == "deberta-abs":  # v1 with absolute positions, segments and a short span.
-    return tr.DebertaConfig(**COMMON, type_vocab_size=2, relative_attention=True,
-                            max_relative_positions=16, pos_att_type=["c2p"],
-                            position_biased_input=True), tr.DebertaModel
-  if name == "deberta-v3":  # Like microsoft/deberta-v3: buckets, shared keys.
-    return tr.DebertaV2Config(**COMMON, type_vocab_size=0, relative_attention=True,
-                              position_buckets=16, max_relative_positions=-1,
-                              pos_att_type=["p2c", "c2p"], norm_rel_ebd="layer_norm",
-                              share_att_key=True, position_biased_input=False,
-                              layer_norm_eps=1e-7), tr.DebertaV2Model
-  if name == "deberta-v2":  # v2-xlarge style: own position projections, embed_proj.
-    return tr.DebertaV2Config(**COMMON, type_vocab_size=0, embedding_size=48,
-                              relative_attention=True, position_buckets=-1,
-                              max_relative_positions=32, pos_att_type="c2p|p2c",
-                              share_att_key=False, position_biased_input=True), tr.DebertaV2Model
-  if name == "mpnet":  # Like all-mpnet-base-v2: positions from pad 1, 32 relative buckets.
-    return tr.MPNetConfig(**{**COMMON, "max_position_embeddings": 130}, pad_token_id=1,
-                          relative_attention_num_buckets=32, layer_norm_eps=1e-5), tr.MPNetModel
-  if name == "albert":  # Like albert-base-v2: one shared group, factorised embeddings.
-    return tr.AlbertConfig(**COMMON, embedding_size=32, hidden_act="gelu_new"), tr.AlbertModel
-  if name == "albert-groups":  # 3 layers over 2 groups (0, 0, 1), 2 blocks per layer.
-    return tr.AlbertConfig(**{**COMMON, "num_hidden_layers": 3}, embedding_size=48,
-                           num_hidden_groups=2, inner_group_num=2), tr.AlbertModel
-  if name.startswith("modernbert"):  # Local layers 1, 3 see |i - j| <= 4 (of 40 tokens).
-    ids = dict(pad_token_id=0, bos_token_id=1, eos_token_id=2, cls_token_id=1, sep_token_id=2)
-    extra = dict(global_attn_every_n_layers=2, local_attention=8, num_hidden_layers=4)
-    if name == "modernbert-bias":  # Every bias on, three layers: layer 1 and 2 local.
-      extra = dict(global_attn_every_n_layers=3, local_attention=6, attention_bias=True,
-                   mlp_bias=True, norm_bias=True, num_hidden_layers=3)
-    return tr.ModernBertConfig(**{**COMMON, **extra}, **ids), tr.ModernBertModel
-  if name == "nomic_bert":
-    return tr.NomicBertConfig(**COMMON), tr.NomicBertModel
-  raise KeyError(name)
+  family, build = _archs()[name]
+  return build(tr), getattr(tr, family.oracle_class)
 
 
-ARCHS = ("bert", "roberta", "electra", "distilbert", "deberta", "deberta-abs",
-         "deberta-v3", "deberta-v2", "mpnet", "albert", "albert-groups", "modernbert",
-         "modernbert-bias", "nomic_bert")
-# Families by what the attention and layer code branch on (models/encoder.py), for tests of
-# invariants that hold by construction (the family-dependent ones: parity, conversion,
-# decomposition, windowing, run on every ARCH). tests/convert/parity_test.py holds both
-# tuples equal to the rule (`code_path`, the first ARCH of each value).
+def _first_of_each(key) -> tuple[str, ...]:
+  """The first family (by its own architecture) of each value of `key(family.code_path)`."""
+  seen: dict = {}
+  for f in FAMILIES:
+    seen.setdefault(key(f.code_path), f.name)
+  return tuple(seen.values())
+
+
+ARCHS = tuple(_archs())
+# Families by what the attention and layer code branch on (models/encoder.py; the registry's
+# `code_path`), for tests of invariants that hold by construction (the family-dependent ones:
+# parity, conversion, decomposition, windowing, run on every ARCH). tests/convert/parity_test.py
+# holds both tuples equal to the rule (`code_path`, the first ARCH of each value).
 # One family per attention code path: score kind, relative bias, local windows, rotary
 # positions, LayerNorm placement.
-ONE_PER_PATH = ("bert", "deberta", "mpnet", "modernbert", "nomic_bert")
+ONE_PER_PATH = _first_of_each(lambda path: path)
 # One family per layer layout: post-LN (absolute positions) and pre-LN (rotary, windows).
-LAYOUTS = ("bert", "modernbert")
+LAYOUTS = _first_of_each(lambda path: path.norm_placement)
+# The families with post-LayerNorm layers (the context-mixing decomposition's), sorted.
+POST_LN = tuple(sorted(f.name for f in FAMILIES if f.code_path.norm_placement == "post"))
 
 
 def by_path(arch: str, *values):
@@ -88,12 +127,10 @@ def by_path(arch: str, *values):
   return pytest.param(arch, *values, marks=tier)
 
 
-def code_path(name: str) -> tuple:
+def code_path(name: str) -> CodePath:
   """What the encoder's attention and layer code branch on, for random architecture `name`."""
   from papa_jax.convert import hf_config
-  c = hf_config.encoder_config_from_hf(spec(name)[0].to_dict())
-  return (c.attention, c.relative_bias_buckets > 0, c.local_window > 0, c.rotary_theta > 0,
-          c.norm_placement)
+  return CodePath.of(hf_config.encoder_config_from_hf(spec(name)[0].to_dict()))
 
 
 # HF initialises these LayerNorms to (1, 0) and biases to 0: perturbed so each one counts.

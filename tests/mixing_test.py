@@ -291,9 +291,9 @@ def test_mixing_equals_pytorch_reference_procedures(tiny_pair):
   _row_close(got["value_zeroing"], ref.value_zeroing(hf, ids), 1e-4, "value zeroing")
 
 
-# One of each family whose layers the decomposition covers (post-LN; pre-LN is refused below).
-FAMILIES = ("albert", "bert", "deberta", "deberta-v2", "distilbert", "electra", "mpnet",
-            "nomic_bert", "roberta")
+# One of each family whose layers the decomposition covers (post-LN; pre-LN is refused below),
+# from the converter's registry (`papa_jax/convert/families`).
+FAMILIES = hf_oracle.POST_LN
 
 
 @pytest.mark.parametrize("family", [hf_oracle.by_path(f) for f in FAMILIES])
