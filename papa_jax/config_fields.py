@@ -191,6 +191,9 @@ FIELDS: dict[str, Field | Group] = dict(
                  "Context-mixing maps per shown example and layer (a subset of "
                  f"{', '.join(EXPLORE_MIXING)}); () = none. value_zeroing costs every layer's "
                  "FFN once per token; needs a float32 model, else skipped with a warning."),
+        figures=F((), "Also write the page's panels as figure files (a subset of svg, png; "
+                  "matplotlib) beside the page, in explorer_figures/ for explorer.html; () = "
+                  "none. The page exports any panel itself from its SVG/PNG buttons."),
     )),
     report=G("The report's intervals (stage=report, suite).", dict(
         n_boot=F(10_000, "Bootstrap resamples (over dev examples and probe seeds); >= 100."),

@@ -6,11 +6,14 @@ the effective and mixing stages) and of a large synthetic workdir (24 layers x
 installed. Screenshots go to $PAPA_ARTIFACTS (default: the test's tmp_path).
 """
 
+import base64
 import dataclasses
 import json
 import os
+import re
 import shutil
 import time
+import xml.etree.ElementTree as ET
 
 import jax
 import jax.numpy as jnp
@@ -461,6 +464,148 @@ def test_head_grid_offers_every_per_head_result(tiny_page, tiny):
   p.page.locator("#stat-subset").select_option("effective/all")  # The effective stage's maps.
   assert p.js("document.getElementById('stat-map').value") not in labels.values()
   assert not p.errors, p.errors
+
+
+SVG_NS = "{http://www.w3.org/2000/svg}"
+PANELS = ["grid", "big", "rank-map", "curve", "lines", "stat-map-grid", "ex-dynamic",
+          "ex-constant", "ex-effective", "ex-mixing"]
+
+
+def png_bytes(data_url: str) -> bytes:
+  head, _, b64 = data_url.partition(",")
+  assert head == "data:image/png;base64", head[:40]
+  raw = base64.b64decode(b64)
+  assert raw[:8] == b"\x89PNG\r\n\x1a\n"
+  return raw
+
+
+def png_size(raw: bytes) -> tuple[int, int]:
+  """(width, height) from the PNG's IHDR chunk."""
+  return int.from_bytes(raw[16:20], "big"), int.from_bytes(raw[20:24], "big")
+
+
+def matrix_cells(root) -> list[tuple[tuple[float, float, float, float], dict]]:
+  """Each `<g class="matrix">`: (translate x, y, scale x, y), in the coordinates of the
+  drawing it is on (its canvas's CSS pixels), and {(row, col): fill}."""
+  out = []
+  for g in root.iter(f"{SVG_NS}g"):
+    if g.get("class") != "matrix":
+      continue
+    t = re.fullmatch(r"translate\(([-\d.]+) ([-\d.]+)\) scale\(([-\d.]+) ([-\d.]+)\)",
+                     g.get("transform"))
+    cells = {(int(r.get("y")), int(r.get("x"))): r.get("fill") for r in g.iter(f"{SVG_NS}rect")}
+    out.append((tuple(map(float, t.groups())), cells))
+  return out
+
+
+@pytest.mark.slow
+def test_every_panel_exports_as_svg_and_png(tiny_page, tiny, browser, tmp_path, capsys):
+  """Each panel's SVG is real vector: one <rect> a matrix cell, coloured as the canvas pixel
+  under it, text as <text>; its PNG is twice the figure's CSS size; the buttons download
+  files named after the model, the panel and the selection. A grid over 512 x 512 cells in
+  all falls back to embedded images, and says so."""
+  p = tiny_page
+  p.js("papaExplorer.select(3, 7)")
+  p.page.locator(".example-item").nth(1).click()
+  p.page.locator("#mix-method").select_option("attention_rollout")
+  assert p.js("papaExplorer.panels") == PANELS
+  assert p.page.locator(".export[data-panel] button.export-btn").count() == 2 * len(PANELS)
+  assert p.js("[...document.querySelectorAll('.export button')].every(b => !b.disabled)")
+  index, tokens = p.js("(x => [x.index, x.tokens])(papaExplorer.data.examples[1])")
+  n, dpr = len(tokens), p.js("window.devicePixelRatio")
+  scale = max(2, dpr)
+  sizes, seconds = {}, {}
+  for panel in PANELS:
+    t0 = time.perf_counter()
+    text = p.js("id => papaExplorer.exportPanel(id, 'svg')", panel)
+    t1 = time.perf_counter()
+    raw = png_bytes(p.js("id => papaExplorer.exportPanel(id, 'png')", panel))
+    seconds[panel] = (t1 - t0, time.perf_counter() - t1)
+    sizes[panel] = (len(text), len(raw))
+    assert "<image" not in text and "<foreignObject" not in text, panel  # Vector, no raster.
+    root = ET.fromstring(text.encode())
+    w, h = p.js("id => papaExplorer.panelSize(id)", panel)
+    assert root.tag == f"{SVG_NS}svg" and (float(root.get("width")), float(root.get("height"))) \
+        == (w, h), panel
+    assert png_size(raw) == (round(w * scale), round(h * scale)), panel
+    texts = [t.text for t in root.iter(f"{SVG_NS}text")]
+    assert any("minilm" in (t or "") for t in texts), panel  # The title, as text.
+    cells = matrix_cells(root)
+    if panel in ("big", "ex-dynamic", "ex-constant", "ex-effective", "ex-mixing", "lines"):
+      canvas = panel if panel.startswith("ex-") or panel == "lines" else "big"
+      cw = p.js(f"document.getElementById('{canvas}').getBoundingClientRect().width")
+      assert w >= cw, panel  # The canvas at 1:1 CSS pixels, within the figure.
+    if panel == "grid":
+      assert len(cells) == 72 and all(len(c) == 32 * 32 for _, c in cells)
+    elif panel in ("big", "ex-dynamic", "ex-constant", "ex-effective", "ex-mixing"):
+      size = 32 if panel == "big" else n
+      assert len(cells) == 1 and len(cells[0][1]) == size * size, panel
+      (tx, ty, sx, sy), fills = cells[0]
+      i, j = (5, 9) if panel == "big" else (n // 2, n // 3)  # Off the landmark lines.
+      x, y = tx + (j + 0.5) * sx, ty + (i + 0.5) * sy  # In the canvas's CSS pixels.
+      pixel = p.js(f"document.getElementById('{canvas}').getContext('2d')"
+                   f".getImageData({int(x * dpr)}, {int(y * dpr)}, 1, 1).data.slice(0, 3)")
+      pixel = [pixel[str(k)] if isinstance(pixel, dict) else pixel[k] for k in range(3)]
+      assert fills[(i, j)] == "#%02x%02x%02x" % tuple(pixel), (panel, i, j)
+      assert tokens[0] in texts or panel == "big", panel  # Word pieces label the axes.
+    elif panel in ("rank-map", "stat-map-grid"):
+      rects = [r for r in root.iter(f"{SVG_NS}rect") if r.get("class") == "cell"]
+      assert len(rects) == 72, panel
+      cls = "rank-cell" if panel == "rank-map" else "stat-cell"
+      dom = p.js(f"getComputedStyle(document.querySelector('.{cls}[data-layer=\"2\"]"
+                 f"[data-head=\"5\"]')).backgroundColor")
+      rgb = tuple(int(v) for v in re.findall(r"\d+", dom)[:3])
+      assert rects[2 * 12 + 5].get("fill") == "#%02x%02x%02x" % rgb, panel
+    elif panel == "curve":
+      assert len(list(root.iter(f"{SVG_NS}circle"))) == p.page.locator("#curve circle.pt").count()
+      assert any("fraction of heads" in (t or "") for t in texts)
+    elif panel == "lines":
+      assert len(list(root.iter(f"{SVG_NS}line"))) > n and tokens[1] in texts
+  # Effective = input-dependent for this example: the same cells, the same colours.
+  assert p.js("papaExplorer.data.examples[1].effective") is None
+  same = [matrix_cells(ET.fromstring(p.js("id => papaExplorer.exportPanel(id, 'svg')", k)
+                                     .encode()))[0][1] for k in ("ex-dynamic", "ex-effective")]
+  assert same[0] == same[1]
+
+  names = {}
+  for panel, fmt in (("ex-dynamic", "svg"), ("curve", "png"), ("grid", "svg")):
+    button = p.page.locator(f'.export[data-panel="{panel}"] button[data-format="{fmt}"]')
+    with p.page.expect_download() as info:
+      button.click()
+    names[panel] = info.value.suggested_filename
+    path = str(tmp_path / names[panel])
+    info.value.save_as(path)
+    if fmt == "svg":
+      assert ET.parse(path).getroot().tag == f"{SVG_NS}svg"
+    else:
+      with open(path, "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+  assert names == {"ex-dynamic": f"minilm_sst2_ex{index}_layer3_head7_dynamic.svg",
+                   "curve": "minilm_sst2_papa-curve.png", "grid": "minilm_sst2_constant_raw.svg"}
+  assert p.js("papaExplorer.exportName('ex-mixing', 'png')") == (
+      f"minilm_sst2_ex{index}_layer3_attention-rollout.png")  # "_" only between parts.
+  p.js("papaExplorer.select(0, 0)")
+  p.page.locator(".example-item").nth(0).click()
+  assert not p.errors, p.errors
+  with capsys.disabled():
+    print("\n[export 6x12, L=32] " + ", ".join(
+        f"{k} svg {s / 1e3:.0f} kB {seconds[k][0]:.2f} s, png {q / 1e3:.0f} kB "
+        f"{seconds[k][1]:.2f} s" for k, (s, q) in sizes.items()))
+
+  # A larger grid: 24 heads at L=128 is over 512 x 512 cells, so its matrices are images.
+  wd = str(tmp_path / "big")
+  synthetic_workdir(wd, json.loads(tiny["config"].data.to_json()), 4, 6, 128)
+  big = Page(browser, write_explorer(wd, examples=(), max_examples=-1))
+  text = big.js("papaExplorer.exportPanel('grid', 'svg')")
+  root = ET.fromstring(text.encode())
+  images = [e for e in root.iter(f"{SVG_NS}image") if e.get("class") == "matrix"]
+  assert len(images) == 24 and not matrix_cells(root)
+  assert "each matrix is an embedded PNG" in text
+  assert len(matrix_cells(ET.fromstring(big.js("papaExplorer.exportPanel('big', 'svg')")
+                                        .encode()))[0][1]) == 128 * 128
+  assert big.page.locator('.export[data-panel="ex-dynamic"] button[disabled]').count() == 2
+  big.page.close()
+  assert not big.errors, big.errors
 
 
 @pytest.mark.slow

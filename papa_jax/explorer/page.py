@@ -15,7 +15,7 @@ import ml_collections
 from absl import logging
 
 from papa_jax import config_schema, convert, reader, storage
-from papa_jax.explorer import collect, pack
+from papa_jax.explorer import collect, export, pack
 from papa_jax.papa import means as means_lib
 from papa_jax.papa import schedule
 from papa_jax.errors import IncompleteWorkdir, ResultFileError
@@ -46,6 +46,8 @@ class ExplorerConfig:
       read-only workdir's page goes; `output_path`).
     mixing: per-layer context-mixing maps stored per example (`collect.MIXING_LABELS`,
       by `papa_jax.context_mixing`); () = none. Value zeroing is the costly one.
+    figures: also write the page's panels as figure files in these formats
+      (`export.FORMATS`: svg, png) into `<page stem>_figures/`; () = none.
   """
 
   examples: tuple[int, ...] = (0, 1, 2)
@@ -53,6 +55,7 @@ class ExplorerConfig:
   output: str = "explorer.html"
   mixing: tuple[str, ...] = ("attention_rollout", "attnresln", "globenc", "alti", "alti_rollout",
                              "value_zeroing")
+  figures: tuple[str, ...] = ()
 
   @classmethod
   def from_config(cls, explore: Any) -> ExplorerConfig:
@@ -64,6 +67,8 @@ class ExplorerConfig:
       kw["examples"] = tuple(int(i) for i in kw["examples"])
     if "mixing" in kw:
       kw["mixing"] = config_schema.explore_mixing(d)
+    if "figures" in kw:
+      kw["figures"] = export.figure_formats(kw["figures"])
     return cls(**kw)
 
 
@@ -73,7 +78,8 @@ def run(config, workdir: str) -> str:
   used = reader.read_workdir(workdir).config.get("model", {}).get("name", "")
   logging.info("explorer: %s", model_note(config.get("model", {}).get("name", ""), used))
   return write_explorer(workdir, examples=c.examples, max_examples=c.max_examples,
-                        path=output_path(workdir, c.output), mixing=c.mixing)
+                        path=output_path(workdir, c.output), mixing=c.mixing,
+                        figures=c.figures)
 
 
 def output_path(workdir: str, output: str) -> str:
@@ -159,6 +165,7 @@ def payload(workdir: str, *, examples: Sequence[int] = ExplorerConfig.examples,
       mixing_maps=[[n, collect.MIXING_LABELS[n]] for n in names],
       quantization=QUANTIZATION, warnings=warnings, workdir=storage.display(workdir),
       created=datetime.datetime.now().isoformat(timespec="seconds"))
+  meta["short_model"] = convert.short_name(meta["model"])  # Titles and export file names.
   means_out = {}
   for variant, m in means.items():
     rec = pack.packed_matrices(m.avgs)
@@ -188,7 +195,8 @@ def render(data: dict[str, Any]) -> str:
 
 def write_explorer(workdir: str, *, examples: Sequence[int] = ExplorerConfig.examples,
                    max_examples: int = ExplorerConfig.max_examples, path: str | None = None,
-                   model=None, mixing: Sequence[str] = ExplorerConfig.mixing) -> str:
+                   model=None, mixing: Sequence[str] = ExplorerConfig.mixing,
+                   figures: Sequence[str] = ExplorerConfig.figures) -> str:
   """Writes a self-contained `explorer.html` of a finished workdir.
 
   The page opens from the file system (no server, no network) and shows the
@@ -211,14 +219,20 @@ def write_explorer(workdir: str, *, examples: Sequence[int] = ExplorerConfig.exa
       the workdir's `model.name`.
     mixing: per-layer context-mixing maps of the examples (`ExplorerConfig.mixing`);
       () = none; skipped with a warning unless the model computes in float32.
+    figures: formats (`export.FORMATS`) of the panels written as files beside the page
+      (`export.write_figures`, `<page stem>_figures/`); () = none.
 
   Returns:
     The path written.
   """
   path = path or os.path.join(workdir, ExplorerConfig.output)
-  html = render(payload(workdir, examples=examples, max_examples=max_examples, model=model,
-                        mixing=mixing))
+  figures = export.figure_formats(figures)  # A bad value fails before any work.
+  data = payload(workdir, examples=examples, max_examples=max_examples, model=model,
+                 mixing=mixing)
+  html = render(data)
   with storage.atomic_write(path, "w", encoding="utf-8") as f:
     f.write(html)
   logging.info("explorer: wrote %s (%.2f MB).", path, len(html.encode()) / 1e6)
+  if figures:
+    export.write_figures(data, path, figures)
   return path

@@ -12,6 +12,7 @@
   const S = { variant: Object.keys(D.means)[0], layer: 0, head: 0, k: 0, example: 0, gamma: 0.5,
               mix: MIX.size ? [...MIX.keys()][0] : null };
   const dec = { means: {}, examples: [] };  // Decoded matrix stacks.
+  const shown = {};  // What the head maps show now (for the export): rank, stat.
   const rankOf = {};  // "l,h" -> 1-based position in the ranking.
   (D.ranking ? D.ranking.order : []).forEach(([l, h], i) => { rankOf[`${l},${h}`] = i + 1; });
 
@@ -70,28 +71,29 @@
     if (!M.papa_layout) return [[0, "[CLS]"]];
     return [[0, "[CLS]"], [Math.floor(L / 2), "sep / seg 2"], [L - 1, "[SEP]"]];
   }
-  function drawBig() {
+  // The large view of the selected head's constant matrix, with its axes and landmarks.
+  function bigScene() {
     const m = meansOf(S.variant), k = m.index(S.layer, S.head), vals = m.values(k);
-    const size = 380, ml = 44, mt = 26, canvas = $("big");
-    const ctx = Draw.hiDpi(canvas, ml + size + 10, mt + size + 40), cell = size / L;
-    Draw.blit(ctx, vals, L, L, ml, mt, size, size, { signed: m.signed, gamma: S.gamma });
-    ctx.fillStyle = "#333"; ctx.font = "10px sans-serif"; ctx.textAlign = "center";
+    const size = 380, ml = 44, mt = 26, cell = size / L, sc = Draw.scene(ml + size + 10, mt + size + 40);
+    sc.matrix(vals, L, L, ml, mt, size, size, { signed: m.signed, gamma: S.gamma });
     const step = L <= 32 ? 4 : L <= 64 ? 8 : 16;
     for (let p = 0; p < L; p += step) {
-      ctx.fillText(p, ml + (p + 0.5) * cell, mt + size + 12);
-      ctx.textAlign = "right"; ctx.fillText(p, ml - 4, mt + (p + 0.5) * cell + 3); ctx.textAlign = "center";
+      sc.text(p, ml + (p + 0.5) * cell, mt + size + 12, { anchor: "middle" });
+      sc.text(p, ml - 4, mt + (p + 0.5) * cell + 3, { anchor: "end" });
     }
-    ctx.fillText("key position", ml + size / 2, mt + size + 28);
-    ctx.save(); ctx.translate(10, mt + size / 2); ctx.rotate(-Math.PI / 2);
-    ctx.fillText("query position", 0, 0); ctx.restore();
-    ctx.setLineDash([3, 3]); ctx.strokeStyle = "rgba(20,90,200,0.8)";
+    sc.text("key position", ml + size / 2, mt + size + 28, { anchor: "middle" });
+    sc.text("query position", 10, mt + size / 2, { anchor: "middle", rotate: -90 });
+    const dash = { stroke: "#145ac8", opacity: 0.8, dash: [3, 3] };
     for (const [p, name] of landmarks()) {
       const x = ml + (p + 0.5) * cell, y = mt + (p + 0.5) * cell;
-      ctx.beginPath(); ctx.moveTo(x, mt); ctx.lineTo(x, mt + size); ctx.moveTo(ml, y); ctx.lineTo(ml + size, y);
-      ctx.stroke();
-      ctx.fillStyle = "rgb(20,90,200)"; ctx.fillText(name, Math.min(Math.max(x, ml + 20), ml + size - 20), mt - 6);
+      sc.line(x, mt, x, mt + size, dash); sc.line(ml, y, ml + size, y, dash);
+      sc.text(name, Math.min(Math.max(x, ml + 20), ml + size - 20), mt - 6, { fill: "#145ac8", anchor: "middle" });
     }
-    ctx.setLineDash([]);
+    return { sc, m, k, vals, ml, mt, cell };
+  }
+  function drawBig() {
+    const { sc, m, k, vals, ml, mt, cell } = bigScene(), canvas = $("big");
+    Draw.show(canvas, sc);
     canvas.onmousemove = (ev) => {
       const r = canvas.getBoundingClientRect();
       const j = Math.floor((ev.clientX - r.left - ml) / cell), i = Math.floor((ev.clientY - r.top - mt) / cell);
@@ -136,6 +138,7 @@
       label: (l, h, v) => `layer ${l}, head ${h}: ${what} ${fmt(v, 4)}, rank ${rankOf[`${l},${h}`]} of ${TOTAL}`,
     });
     Draw.colorbar($("rank-bar"), "vir", lo, hi, (v) => `${what} ${fmt(v, 3)}`);
+    shown.rank = { values: lam, lo, hi, what, text: HEADS * LAYERS <= 200 ? (l, h) => rankOf[`${l},${h}`] : null };
   }
   // Every head ordering side by side: position colours, the slider's constant heads framed.
   function buildOrderings() {
@@ -261,19 +264,24 @@
     mixSel.value = S.mix;
     mixSel.addEventListener("change", () => { S.mix = mixSel.value; drawExample(); });
   }
-  function tokenMatrix(canvas, vals, toks, signed, title) {
+  // One example's matrix (n x n tokens) with its word pieces on both axes.
+  function tokenScene(vals, toks, signed, peak) {
     const n = toks.length, cell = Math.max(3, Math.min(16, Math.floor(300 / n))), lab = cell >= 7 ? 74 : 8;
-    const ctx = Draw.hiDpi(canvas, lab + n * cell + 4, lab + n * cell + 4);
-    let peak = 0; for (const v of vals) peak = Math.max(peak, Math.abs(v));
-    Draw.blit(ctx, vals, n, n, lab, lab, n * cell, n * cell, { signed, peak, gamma: S.gamma });
+    const sc = Draw.scene(lab + n * cell + 4, lab + n * cell + 4);
+    sc.matrix(vals, n, n, lab, lab, n * cell, n * cell, { signed, peak, gamma: S.gamma });
     if (lab > 8) {
-      ctx.font = `${Math.min(11, cell)}px sans-serif`; ctx.fillStyle = "#222"; ctx.textAlign = "right";
+      const o = { size: Math.min(11, cell), fill: "#222" };
       toks.forEach((t, i) => {
-        ctx.fillText(t.slice(0, 11), lab - 3, lab + (i + 0.75) * cell);
-        ctx.save(); ctx.translate(lab + (i + 0.75) * cell, lab - 3); ctx.rotate(-Math.PI / 2);
-        ctx.textAlign = "left"; ctx.fillText(t.slice(0, 11), 0, 0); ctx.restore();
+        sc.text(t.slice(0, 11), lab - 3, lab + (i + 0.75) * cell, { ...o, anchor: "end" });
+        sc.text(t.slice(0, 11), lab + (i + 0.75) * cell, lab - 3, { ...o, rotate: -90 });
       });
     }
+    return { sc, cell, lab };
+  }
+  const peakOf = (vals) => { let p = 0; for (const v of vals) p = Math.max(p, Math.abs(v)); return p; };
+  function tokenMatrix(canvas, vals, toks, signed, title) {
+    const n = toks.length, peak = peakOf(vals), { sc, cell, lab } = tokenScene(vals, toks, signed, peak);
+    Draw.show(canvas, sc);
     canvas.onmousemove = (ev) => {
       const r = canvas.getBoundingClientRect();
       const j = Math.floor((ev.clientX - r.left - lab) / cell), i = Math.floor((ev.clientY - r.top - lab) / cell);
@@ -283,30 +291,30 @@
     canvas.onmouseleave = Draw.hideTip;
     return peak;
   }
-  function lineView(vals, toks, signed) {
-    const canvas = $("lines"), n = toks.length, row = n > 60 ? 10 : 15, w = 420, h = n * row + 16;
-    let hover = null;  // ["q" | "k", index]
-    let peak = 0; for (const v of vals) peak = Math.max(peak, Math.abs(v));
-    const draw = () => {
-      const ctx = Draw.hiDpi(canvas, w, h), y = (i) => 12 + i * row;
-      for (let i = 0; i < n; i++) {
-        for (let j = 0; j < n; j++) {
-          const v = vals[i * n + j], on = !hover || (hover[0] === "q" ? hover[1] === i : hover[1] === j);
-          const a = (Math.abs(v) / (peak || 1)) * (on ? 0.9 : 0.06);
-          if (a < 0.01) continue;
-          ctx.strokeStyle = v < 0 ? `rgba(33,102,172,${a})` : `rgba(217,79,61,${a})`;
-          ctx.lineWidth = on && hover ? 2 : 1.2;
-          ctx.beginPath(); ctx.moveTo(150, y(i) - 3); ctx.lineTo(270, y(j) - 3); ctx.stroke();
-        }
+  // Lines from each query token (left) to each key token (right), opacity by |value|;
+  // `hover` (["q" | "k", index]) highlights one token's lines.
+  function lineScene(vals, toks, hover = null) {
+    const n = toks.length, row = n > 60 ? 10 : 15, sc = Draw.scene(420, n * row + 16), y = (i) => 12 + i * row;
+    const peak = peakOf(vals) || 1;
+    for (let i = 0; i < n; i++) {
+      for (let j = 0; j < n; j++) {
+        const v = vals[i * n + j], on = !hover || (hover[0] === "q" ? hover[1] === i : hover[1] === j);
+        const a = (Math.abs(v) / peak) * (on ? 0.9 : 0.06);
+        if (a < 0.01) continue;
+        sc.line(150, y(i) - 3, 270, y(j) - 3, { stroke: v < 0 ? "#2166ac" : "#d94f3d", opacity: a,
+                                               width: on && hover ? 2 : 1.2 });
       }
-      ctx.font = `${row - 3}px sans-serif`;
-      toks.forEach((t, i) => {
-        ctx.fillStyle = hover && hover[0] === "q" && hover[1] === i ? "#c00" : "#222";
-        ctx.textAlign = "right"; ctx.fillText(t, 144, y(i));
-        ctx.fillStyle = hover && hover[0] === "k" && hover[1] === i ? "#c00" : "#222";
-        ctx.textAlign = "left"; ctx.fillText(t, 276, y(i));
-      });
-    };
+    }
+    toks.forEach((t, i) => {
+      sc.text(t, 144, y(i), { size: row - 3, anchor: "end", fill: hover && hover[0] === "q" && hover[1] === i ? "#c00" : "#222" });
+      sc.text(t, 276, y(i), { size: row - 3, fill: hover && hover[0] === "k" && hover[1] === i ? "#c00" : "#222" });
+    });
+    return sc;
+  }
+  function lineView(vals, toks) {
+    const canvas = $("lines"), n = toks.length, row = n > 60 ? 10 : 15;
+    let hover = null;  // ["q" | "k", index]
+    const draw = () => Draw.show(canvas, lineScene(vals, toks, hover));
     canvas.onmousemove = (ev) => {
       const r = canvas.getBoundingClientRect(), x = ev.clientX - r.left;
       const i = Math.round((ev.clientY - r.top - 9) / row);
@@ -316,10 +324,9 @@
     canvas.onmouseleave = () => { hover = null; draw(); };
     draw();
   }
-  function drawExample() {
-    if (!D.examples.length) return;
+  // The selected example's panels: kind -> [values (n x n), signed, title].
+  function exampleMats() {
     const e = S.example, x = D.examples[e], { layer: l, head: h } = S;
-    for (const b of document.querySelectorAll(".example-item")) b.classList.toggle("active", +b.dataset.example === e);
     const mats = {
       dynamic: [exMat(e, "dynamic", l, h), false, "input-dependent"],
       constant: [maskedConstant(S.variant, e, l, h), meansOf(S.variant).signed, `constant (mean ${S.variant}), masked`],
@@ -327,18 +334,25 @@
       effective: [exMat(e, "effective", l, h), Boolean(x.effective), x.effective ? "effective (blue < 0)"
         : "effective (= input-dependent: no more tokens than the head dimension)"],
     };
+    if (S.mix) mats.mixing = [mixMat(e, S.mix, l), false, `${mixShort(S.mix)}, layer ${l} (all heads)`];
+    return mats;
+  }
+  function drawExample() {
+    if (!D.examples.length) return;
+    const e = S.example, x = D.examples[e], { layer: l, head: h } = S;
+    for (const b of document.querySelectorAll(".example-item")) b.classList.toggle("active", +b.dataset.example === e);
+    const mats = exampleMats();
     if (S.mix) {
-      mats.mixing = [mixMat(e, S.mix, l), false, `${mixShort(S.mix)}, layer ${l} (all heads)`];
       $("mix-note").textContent = `Context mixing of layer ${l}, row: token i, column: token j. ` +
         `${MIX.get(S.mix)}.`;
     }
     for (const [kind, [vals, signed, title]] of Object.entries(mats)) {
       const peak = tokenMatrix($(`ex-${kind}`), vals, x.tokens, signed, title);
       $(`ex-${kind}-title`).textContent = `${title} (max |a| ${fmt(peak, 3)})`;
-      $(`ex-${kind}-title`).style.maxWidth = $(`ex-${kind}`).style.width;
+      $(`ex-${kind}-title`).parentNode.style.maxWidth = $(`ex-${kind}`).style.width;
     }
-    const [vals, signed] = mats[$("line-source").value];
-    lineView(vals, x.tokens, signed);
+    const [vals] = mats[$("line-source").value];
+    lineView(vals, x.tokens);
     $("ex-title").textContent = `Dev example #${x.index}, layer ${l}, head ${h}: "${x.text}"`;
   }
 
@@ -377,8 +391,168 @@
       });
       Draw.colorbar($("stat-bar"), "vir", lo, hi, (v) => fmt(v, 3));
       $("stat-summary").textContent = summary(m);
+      shown.stat = { m, lo, hi, source: sources[subsetSel.value].text };
+      $("stat-title").textContent = `${m.label}: ${sources[subsetSel.value].text}`;
     };
     subsetSel.addEventListener("change", draw); mapSel.addEventListener("change", draw); draw();
+  }
+
+  // ---- export: every panel as a figure (title, drawing, colour bar), SVG or PNG ----
+  const MODEL = M.short_model || String(M.model).split("/").pop();
+  const slug = (x) => String(x).replace(/[^A-Za-z0-9.-]+/g, "-").replace(/^-+|-+$/g, "");
+  const gammaNote = () => (S.gamma === 1 ? "linear colour scale" : "square-root colour scale");
+  // Colour-bar tone of a value fraction f along [lo, hi], as `Draw.colours` maps it.
+  const tone = (signed) => (f) => (signed ? 0.5 + 0.5 * Math.sign(2 * f - 1) * Math.pow(Math.abs(2 * f - 1), S.gamma)
+    : Math.pow(f, S.gamma));
+  // A figure: its title wrapped above `body` (a scene), then `bar` (a scene) if any.
+  function figure(title, body, bar = null) {
+    const w = Math.max(body.w, bar ? Math.min(bar.w, body.w + 200) : 0);
+    const lines = Draw.wrap(title, w - 8, { size: 12, bold: true }), top = 8 + 15 * lines.length;
+    const sc = Draw.scene(w, top + body.h + (bar ? bar.h + 4 : 0));
+    lines.forEach((t, i) => sc.text(t, 4, 16 + 15 * i, { size: 12, bold: true, fill: "#222" }));
+    sc.place(body, 0, top);
+    if (bar) sc.place(bar, 0, top + body.h + 4);
+    return sc;
+  }
+  const exampleName = () => [`ex${D.examples[S.example].index}`, `layer${S.layer}`];
+  const exampleTitle = () => `${MODEL} · ${M.task} · dev example #${D.examples[S.example].index}, layer ${S.layer}`;
+  // Panel id -> () => { sc: the figure, name: file name parts (model and task come first) }.
+  const FIGURES = {
+    grid() {
+      const m = meansOf(S.variant), mm = D.means[S.variant].meta;
+      const size = Math.max(18, Math.min(56, Math.floor(620 / HEADS) - 4)), ml = 34, mt = 30;
+      const body = Draw.scene(ml + HEADS * (size + 2), mt + LAYERS * (size + 2));
+      body.text("head", ml + (HEADS * (size + 2)) / 2, 10, { anchor: "middle" });
+      body.text("layer", 10, mt + (LAYERS * (size + 2)) / 2, { anchor: "middle", rotate: -90 });
+      for (let h = 0; h < HEADS; h++) body.text(h, ml + h * (size + 2) + size / 2, mt - 5, { size: 9, fill: "#777", anchor: "middle" });
+      for (let l = 0; l < LAYERS; l++) {
+        body.text(l, ml - 5, mt + l * (size + 2) + size / 2 + 3, { size: 9, fill: "#777", anchor: "end" });
+        for (let h = 0; h < HEADS; h++) {
+          body.matrix(m.codesOf(m.index(l, h)), L, L, ml + h * (size + 2), mt + l * (size + 2), size, size,
+            { signed: m.signed, peak: m.levels, gamma: S.gamma });
+        }
+      }
+      const bar = Draw.barScene(m.signed ? "div" : "seq", m.signed ? "-max" : "0", "max",
+        { tone: tone(m.signed), note: `each matrix over its own max; ${gammaNote()}` });
+      return { sc: figure(`${MODEL} · ${M.task}: mean ${S.variant} attention (constant matrices) over ` +
+        `${mm.num_examples} ${mm.split} examples; rows: layers, columns: heads, each query × key position`, body, bar),
+      name: ["constant", S.variant] };
+    },
+    big() {
+      const { sc, m, k } = bigScene(), hi = m.scales[k] * m.levels;
+      const bar = Draw.barScene(m.signed ? "div" : "seq", fmt(m.signed ? -hi : 0, 3), fmt(hi, 3),
+        { tone: tone(m.signed), note: gammaNote() });
+      return { sc: figure(`${MODEL} · ${M.task} · ${$("big-title").textContent}`, sc, bar),
+               name: [`layer${S.layer}`, `head${S.head}`, `constant-${S.variant}`] };
+    },
+    "rank-map"() {
+      const r = shown.rank, body = Draw.headMapScene(r.values, { lo: r.lo, hi: r.hi, text: r.text });
+      const bar = Draw.barScene("vir", `${r.what} ${fmt(r.lo, 3)}`, `${fmt(r.hi, 3)}`, { width: 200 });
+      return { sc: figure(`${MODEL} · ${M.task}: head ranking, ${r.what} per head` +
+        (r.text ? " (numbers: rank, 1 = made constant first)" : ""), body, bar), name: ["ranking"] };
+    },
+    curve() { return { sc: curveFigure(), name: ["papa-curve"] }; },
+    lines() {
+      const [vals, , title] = exampleMats()[$("line-source").value];
+      const body = lineScene(vals, D.examples[S.example].tokens);
+      const what = $("line-source").value === "mixing" ? title : `head ${S.head}, ${title}`;
+      return { sc: figure(`${exampleTitle()}, ${what}: lines from query (left) to key (right) tokens; ` +
+        "opacity ∝ |value|, blue < 0", body), name: [...exampleName(), `head${S.head}`, `lines-${$("line-source").value}`] };
+    },
+    "stat-map-grid"() {
+      const { m, lo, hi, source } = shown.stat, body = Draw.headMapScene(m.values, { lo, hi });
+      const bar = Draw.barScene("vir", fmt(lo, 3), fmt(hi, 3), { width: 200, note: m.unit || "" });
+      return { sc: figure(`${MODEL} · ${M.task}: ${m.label} per head (${source})` +
+        (m.higher ? `; higher = ${m.higher}` : ""), body, bar), name: ["heads", m.key] };
+    },
+  };
+  for (const kind of ["dynamic", "constant", "effective", "mixing"]) {
+    FIGURES[`ex-${kind}`] = () => {
+      const [vals, signed, title] = exampleMats()[kind], peak = peakOf(vals);
+      const { sc } = tokenScene(vals, D.examples[S.example].tokens, signed, peak);
+      const bar = Draw.barScene(signed ? "div" : "seq", fmt(signed ? -peak : 0, 3), fmt(peak, 3),
+        { tone: tone(signed), note: gammaNote(), width: 120 });
+      const head = kind === "mixing" ? "" : `, head ${S.head}`;
+      return { sc: figure(`${exampleTitle()}${head}: ${title}`, sc, bar),
+               name: kind === "mixing" ? [...exampleName(), S.mix] : [...exampleName(), `head${S.head}`, kind] };
+    };
+  }
+  const PANELS = Object.keys(FIGURES);
+  const available = (id) => (id.startsWith("ex-") || id === "lines" ? D.examples.length > 0 && (id !== "ex-mixing" || MIX.size > 0)
+    : id === "rank-map" ? Boolean(D.ranking) : id === "curve" ? Boolean(D.results && D.results.rows.length)
+      : id === "stat-map-grid" ? Boolean(shown.stat) : true);
+
+  // The PAPA curve (an SVG on the page), its computed styles written as attributes.
+  function curveFigure() {
+    const src = $("curve"), W = +src.getAttribute("width"), H = +src.getAttribute("height");
+    const body = Draw.scene(W, H), clone = src.cloneNode(true);
+    const from = [...src.querySelectorAll("*")], to = [...clone.querySelectorAll("*")];
+    from.forEach((node, i) => {
+      const cs = getComputedStyle(node);
+      for (const p of ["fill", "stroke", "stroke-width", "stroke-dasharray", "opacity", "font-size"]) {
+        to[i].setAttribute(p, cs.getPropertyValue(p).replace(/px/g, "").replace(/,\s*/g, " "));
+      }
+      to[i].removeAttribute("class");
+    });
+    const xml = new XMLSerializer();
+    body.raw([...clone.childNodes].map((c) => xml.serializeToString(c).replace(/ xmlns="[^"]*"/, "")).join("\n"));
+    return figure(`${MODEL} · ${M.task}: PAPA curve, probe score vs fraction of heads with constant ` +
+      "attention (grey: the slider's step)", body);
+  }
+
+  const exportScale = () => Math.max(2, window.devicePixelRatio || 1);
+  const panelFigure = (id) => {
+    if (!FIGURES[id]) throw new Error(`no panel ${id}; panels: ${PANELS.join(", ")}`);
+    if (!available(id)) throw new Error(`panel ${id} shows nothing in this workdir`);
+    return FIGURES[id]();
+  };
+  const fileName = (fig, format) => `${[MODEL, M.task, ...fig.name].map(slug).filter(Boolean).join("_")}.${format}`;
+  const exportName = (id, format) => fileName(panelFigure(id), format);
+  // The figure on a canvas at 2x its CSS size (or the device pixel ratio if higher).
+  async function exportCanvas(sc) {
+    const scale = exportScale();
+    if (!Draw.hasRaw(sc)) return Draw.toCanvas(sc, scale);
+    const img = new Image();  // SVG markup inside (the curve): the browser draws the SVG.
+    img.src = `data:image/svg+xml;charset=utf-8,${encodeURIComponent(Draw.svg(sc))}`;
+    await img.decode();
+    const c = document.createElement("canvas");
+    c.width = Math.round(sc.w * scale); c.height = Math.round(sc.h * scale);
+    c.getContext("2d").drawImage(img, 0, 0, c.width, c.height);
+    return c;
+  }
+  const svgNote = () => `PAPA explorer, ${M.model} on ${M.task}, written ${new Date().toISOString()} from ${M.workdir}`;
+  // A panel as SVG text or a PNG data URL (`format`: "svg" or "png").
+  async function exportPanel(id, format) {
+    const { sc } = panelFigure(id);
+    if (format === "svg") return Draw.svg(sc, svgNote());
+    if (format === "png") return (await exportCanvas(sc)).toDataURL("image/png");
+    throw new Error(`format ${format}: use svg or png`);
+  }
+  // Saves a panel as a file (a Blob and an <a download>).
+  async function download(id, format) {
+    const fig = panelFigure(id), name = fileName(fig, format);
+    let blob;
+    if (format === "svg") blob = new Blob([Draw.svg(fig.sc, svgNote())], { type: "image/svg+xml" });
+    else {
+      const c = await exportCanvas(fig.sc);
+      blob = await new Promise((ok) => c.toBlob(ok, "image/png"));
+    }
+    const url = URL.createObjectURL(blob), a = el("a", { href: url, download: name });
+    document.body.append(a); a.click(); a.remove();
+    setTimeout(() => URL.revokeObjectURL(url), 10000);
+    return name;
+  }
+  function showError(text) { const box = $("error"); box.hidden = false; box.textContent = text; }
+  function buildExport() {
+    for (const box of document.querySelectorAll(".export[data-panel]")) {
+      const id = box.dataset.panel, ok = available(id);
+      box.replaceChildren(...["svg", "png"].map((f) => el("button", {
+        class: "export-btn", type: "button", "data-format": f, disabled: !ok,
+        title: ok ? `Download this panel as ${f === "svg" ? "SVG (vector)" : `PNG (${exportScale()}x)`}` : "Nothing to export",
+        text: f.toUpperCase(),
+        on: { click: () => download(id, f).catch((err) => showError(`Export failed: ${err.message}`)) },
+      })));
+    }
   }
 
   // ---- start-up ----
@@ -403,6 +577,7 @@
     })()));
     await Promise.all(jobs);
     buildGrid(); buildRanking(); buildOrderings(); buildExamples(); buildMixing(); buildStats();
+    buildExport();
     setK(S.k); select(0, 0);
     await paintGrid();
     window.papaExplorer.loadMs = performance.now();
@@ -416,6 +591,10 @@
     effective: (e, l, h) => Array.from(exMat(e, "effective", l, h)),
     mixing: (e, name, l) => Array.from(mixMat(e, name, l)),
     staticHeads: () => [...staticSet()], select, setK,
+    // Export (docs/explorer.md): panel ids, a panel as SVG text or PNG data URL, its file name
+    // and CSS size, and the download its buttons start.
+    panels: PANELS, exportPanel, exportName, download,
+    panelSize: (id) => { const { sc } = panelFigure(id); return [sc.w, sc.h]; },
   };
   window.papaExplorer.ready = main().catch((err) => {
     const box = $("error");
