@@ -96,7 +96,7 @@ def unclassified_fields(config: ml_collections.ConfigDict) -> list[str]:
 # `quote_name_lists` makes that a tuple literal before the flag parser sees it
 # (ml_collections would read `lambda,...` as Python and fail on the keyword).
 NAME_LISTS = ("papa.variants", "papa.orderings", "ablation.kinds", "mixing.methods",
-              "explore.mixing")
+              "explore.mixing", "explore.figures")
 
 
 def quote_name_lists(argv: list[str]) -> list[str]:

@@ -109,6 +109,8 @@ def test_explore_mixing_names_and_the_flag():
   assert config_schema.quote_name_lists(
       ["--config.explore.mixing=alti,value_zeroing", "--config.explore.mixing="]) == [
           "--config.explore.mixing=('alti','value_zeroing',)", "--config.explore.mixing=()"]
+  assert config_schema.quote_name_lists(["--config.explore.figures=svg,png"]) == [
+      "--config.explore.figures=('svg','png',)"]
 
 
 def _dev(config, model, indices):
