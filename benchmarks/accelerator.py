@@ -37,7 +37,7 @@ from ml_collections import ConfigDict  # noqa: E402
 
 import papa_jax as pj  # noqa: E402
 from benchmarks import common  # noqa: E402
-from papa_jax import probes, train  # noqa: E402
+from papa_jax.probing import probes, train  # noqa: E402
 from papa_jax import runner  # noqa: E402
 from papa_jax.models.encoder import init_params  # noqa: E402
 from papa_jax.papa import means  # noqa: E402

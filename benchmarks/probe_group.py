@@ -23,7 +23,8 @@ import numpy as np  # noqa: E402
 from ml_collections import ConfigDict  # noqa: E402
 
 from benchmarks import common  # noqa: E402
-from papa_jax import features, fitting, parallel, probes, train  # noqa: E402
+from papa_jax import parallel
+from papa_jax.probing import features, fitting, probes, train  # noqa: E402
 from papa_jax.models.config import EncoderConfig  # noqa: E402
 
 OPT = ConfigDict(dict(learning_rate=2e-5, adam_b1=0.9, adam_b2=0.999, adam_eps=1e-8,

@@ -26,7 +26,7 @@ from ml_collections import ConfigDict  # noqa: E402
 
 import papa_jax as pj  # noqa: E402
 from benchmarks import common  # noqa: E402
-from papa_jax import probes, train  # noqa: E402
+from papa_jax.probing import probes, train  # noqa: E402
 
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 OPT = ConfigDict(dict(learning_rate=2e-5, adam_b1=0.9, adam_b2=0.999, adam_eps=1e-8,

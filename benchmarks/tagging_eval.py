@@ -24,7 +24,8 @@ import numpy as np  # noqa: E402
 
 import papa_jax as pj  # noqa: E402
 from benchmarks import common  # noqa: E402
-from papa_jax import fitting, probes, shared, train  # noqa: E402
+from papa_jax import shared
+from papa_jax.probing import fitting, probes, train  # noqa: E402
 from papa_jax.data import preprocess, readers, tasks  # noqa: E402
 
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"

@@ -1,7 +1,7 @@
 """Shared defaults, presets and the paper's grid of models and tasks.
 
 The defaults and the rules about which fields change results live with the
-schema in `papa_jax/config_schema.py`, input lengths with the task table
+schema in `papa_jax/config/schema.py`, input lengths with the task table
 (`Task.default_max_length`); this module adds the experiment presets.
 Configs take big_vision-style arguments, e.g.
 `--config=configs/papa.py:model=roberta_large,task=mnli`.
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import ml_collections
 
-from papa_jax.config_schema import get_config
+from papa_jax.config.schema import get_config
 from papa_jax.convert import MODEL_KEYS
 from papa_jax.data.tasks import get_task
 

@@ -10,7 +10,7 @@ stage: effective (raw vs effective attention: mass per token class, divergence,
 correlation, null-space norm), finetune (`model` vs its fine-tune `other`:
 cosine and JS per head), linguistic (attention to part-of-speech classes; a
 tagging task with gold POS: pos or udpos), mixing (context mixing beyond
-attention: norms, rollout, ALTI, GlobEnc, value zeroing; papa_jax/mixing.py;
+attention: norms, rollout, ALTI, GlobEnc, value zeroing; papa_jax/measures/mixing.py;
 --config.mixing.methods chooses). model/other: minilm
 (all-MiniLM-L6-v2, packaged), minilm_sre (its fine-tune in the
 sre-embedding-model package), bert (Sun & Marasovic's setting), any key of

@@ -22,7 +22,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from absl import app, flags, logging  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
-from papa_jax import config_schema, cpu_tuning  # noqa: E402  (imports JAX; creates no backend)
+from papa_jax import cpu_tuning
+from papa_jax.config import schema as config_schema  # noqa: E402  (imports JAX; creates no backend)
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file.",
                                           lock_config=True)

@@ -12,7 +12,7 @@ from papa_jax.api import (attention_means, context_mixing, effective_attentions,
                           load_results)
 from papa_jax.attention import AttentionOverride
 from papa_jax.convert import Pretrained, load_pretrained
-from papa_jax.effective import effective_attention, null_attention
+from papa_jax.measures.effective import effective_attention, null_attention
 from papa_jax.interventions import (EffectiveAttention, HeadAblation, HeadMask, Transform,
                                      ValueZeroing)
 from papa_jax.models.config import EncoderConfig

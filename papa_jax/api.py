@@ -20,10 +20,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from papa_jax import attention_flow, mixing, mixing_methods, parallel, reader
+from papa_jax import parallel, reader
+from papa_jax.measures import attention_flow, mixing, mixing_methods
 from papa_jax.convert import Pretrained
 from papa_jax.data import preprocess, tasks
-from papa_jax.effective import effective_attention
+from papa_jax.measures.effective import effective_attention
 from papa_jax.models.encoder import Encoder
 from papa_jax.papa import means as means_lib
 
@@ -104,14 +105,14 @@ def load_results(path: str) -> dict:
   return out
 
 
-MIXING = mixing_methods.NAMES  # The registry, papa_jax/mixing_methods.py.
-FLOW = "attention_flow"  # CPU max-flow per example (papa_jax/attention_flow.py): opt-in.
+MIXING = mixing_methods.NAMES  # The registry, papa_jax/measures/mixing_methods.py.
+FLOW = "attention_flow"  # CPU max-flow per example (papa_jax/measures/attention_flow.py): opt-in.
 
 
 def context_mixing(model: Pretrained, data: preprocess.Encoded, methods: Sequence[str] = MIXING,
                    *, batch_size: int = 8, rollout: bool = True,
                    allow_low_precision: bool = False) -> dict[str, np.ndarray]:
-  """Per-example context-mixing maps of every layer (`papa_jax/mixing.py`).
+  """Per-example context-mixing maps of every layer (`papa_jax/measures/mixing.py`).
 
   Args:
     model: a loaded post-LayerNorm encoder (float32).

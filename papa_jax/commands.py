@@ -18,11 +18,13 @@ import os
 
 import ml_collections
 
-from papa_jax import config_schema, explorer, parallel, registry, run, storage, suite
-from papa_jax import workdir as workdir_lib
+from papa_jax import explorer, parallel, registry, run, suite
+from papa_jax.config import schema as config_schema
+from papa_jax.workdir import storage
+from papa_jax.workdir import rules as workdir_lib
 from papa_jax.errors import WorkdirError
 from papa_jax.explorer import page
-from papa_jax.layout import Layout
+from papa_jax.workdir.layout import Layout
 
 COMMANDS = ("suite", "report", "explore")
 

@@ -22,8 +22,9 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from papa_jax import rank_agreement, workdir
-from papa_jax.layout import Layout
+from papa_jax.measures import rank_agreement
+from papa_jax.workdir import rules as workdir
+from papa_jax.workdir.layout import Layout
 
 MORE, LESS = "more important", "less important"
 HIGHER = (MORE, LESS, "")

@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from papa_jax import effective
+from papa_jax.measures import effective
 from papa_jax.attention import mask_and_normalize, uniform_probs
 
 Array = jax.Array

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 
-from papa_jax import workdir
+from papa_jax.workdir import rules as workdir
 
 
 def pyplot():

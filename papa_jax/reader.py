@@ -17,8 +17,10 @@ from typing import Any
 
 import numpy as np
 
-from papa_jax import config_schema, head_maps, storage, workdir
-from papa_jax.layout import Layout
+from papa_jax import head_maps
+from papa_jax.config import schema as config_schema
+from papa_jax.workdir import storage, rules as workdir
+from papa_jax.workdir.layout import Layout
 from papa_jax.papa import means as means_lib
 from papa_jax.papa import schedule
 from papa_jax.errors import IncompleteWorkdir, ResultFileError

@@ -18,9 +18,10 @@ import glob
 import os
 import shutil
 
-from papa_jax import cpu_tuning, workdir
-from papa_jax.layout import Layout
-from papa_jax.report_markdown import readme_block
+from papa_jax import cpu_tuning
+from papa_jax.workdir import rules as workdir
+from papa_jax.workdir.layout import Layout
+from papa_jax.report.markdown import readme_block
 from papa_jax.suite import CELL_SEPARATOR
 
 BEGIN, END = "<!-- suite-report:begin -->", "<!-- suite-report:end -->"

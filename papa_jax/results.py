@@ -4,7 +4,7 @@ Rows are probing runs (one per variant, head ordering, static-head count and
 probe seed); the tables average seeds (mean, and the sample standard
 deviation when there are several). A condition is a variant under PAPA's
 ordering, or `variant/ordering` under another one (`condition`). The suite
-report (`papa_jax/report.py`) adds bootstrap intervals across workdirs.
+report (`papa_jax/report/build.py`) adds bootstrap intervals across workdirs.
 """
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ from typing import Sequence
 
 import numpy as np
 
-from papa_jax import uncertainty, workdir
-from papa_jax.layout import Layout
+from papa_jax import uncertainty
+from papa_jax.workdir import rules as workdir
+from papa_jax.workdir.layout import Layout
 from papa_jax.plotting import pyplot, save_figure
 
 CSV_FIELDS = ("model", "task", "variant", "ordering", "static_heads", "total_heads", "fraction",

@@ -12,7 +12,7 @@ reused output checked, then the stages in order. Nothing is written before
 the inputs have been read and checked. Each stage skips work whose outputs
 exist for this config and inputs, and a killed or preempted stage resumes from
 its last checkpoint.
-The workdir's layout is `papa_jax/layout.py`'s. Commands above the stages
+The workdir's layout is `papa_jax/workdir/layout.py`'s. Commands above the stages
 (suite, report, explore) are `papa_jax/commands.py`'s.
 """
 
@@ -24,9 +24,10 @@ import time
 import ml_collections
 from absl import logging
 
-from papa_jax import config_schema, parallel, registry
+from papa_jax import parallel, registry
+from papa_jax.config import schema as config_schema
 from papa_jax import data as data_lib
-from papa_jax import workdir as workdir_lib
+from papa_jax.workdir import rules as workdir_lib
 from papa_jax.errors import ConfigError
 from papa_jax.stage import Setup, Stage
 

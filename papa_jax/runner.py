@@ -28,7 +28,8 @@ import jax.numpy as jnp
 import numpy as np
 from absl import logging
 
-from papa_jax import parallel, preemption, resume
+from papa_jax import parallel, preemption
+from papa_jax.workdir import resume
 from papa_jax.data import pipeline
 from papa_jax.models.config import EncoderConfig
 from papa_jax.models.encoder import Capture, Encoder, EncoderOutput

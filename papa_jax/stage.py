@@ -20,11 +20,13 @@ import jax
 import ml_collections
 import numpy as np
 
-from papa_jax import config_schema, convert, input_files, parallel, storage, tokenization
-from papa_jax import workdir
+from papa_jax import convert, parallel, tokenization
+from papa_jax.config import schema as config_schema
+from papa_jax.workdir import input_files, storage
+from papa_jax.workdir import rules as workdir
 from papa_jax import data as data_lib
 from papa_jax.errors import ConfigError
-from papa_jax.layout import Layout
+from papa_jax.workdir.layout import Layout
 
 # The data a stage can read: the train split (`data.max_train_examples`), the
 # task's evaluation split (`data.max_eval_examples`), or the analysis split

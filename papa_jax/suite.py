@@ -25,12 +25,14 @@ from typing import Sequence
 import ml_collections
 from absl import logging
 
-from papa_jax import reader, report, results, run, storage, uncertainty
-from papa_jax import workdir as workdir_lib
+from papa_jax import reader, results, run, uncertainty
+from papa_jax.report import build as report
+from papa_jax.workdir import storage
+from papa_jax.workdir import rules as workdir_lib
 from papa_jax import data as data_lib
 from papa_jax.convert import MODEL_KEYS, short_name
 from papa_jax.errors import ConfigError, ResultFileError
-from papa_jax.layout import Layout
+from papa_jax.workdir.layout import Layout
 
 CELL_SEPARATOR = "__"
 

@@ -42,7 +42,8 @@ from typing import Mapping, Sequence
 import numpy as np
 import scipy.stats
 
-from papa_jax import metrics, significance
+from papa_jax import significance
+from papa_jax.probing import metrics
 
 # Rows of the [rows, N] count matrix built at once: bounds memory (16 MiB)
 # on large dev sets (QQP: 40k examples) without slowing small ones.
@@ -156,7 +157,7 @@ def example_stats(task, labels: np.ndarray, pred: np.ndarray, metric: str | None
 def aggregate(task, sums: np.ndarray, metric: str | None = None) -> np.ndarray:
   """Scores from summed sufficient statistics: `[..., K] -> [...]`.
 
-  Same operations as `papa_jax.metrics` on integer-valued float64 sums, so
+  Same operations as `papa_jax.probing.metrics` on integer-valued float64 sums, so
   the full-data result equals it bit for bit.
   """
   metric = _metric(task, metric)

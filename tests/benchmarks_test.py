@@ -48,7 +48,7 @@ def test_accelerator_benchmark_small_runs_every_loop_against_hf(tmp_path, capsys
 def test_compare_workdirs_difference_interval_and_changed_predictions():
   from benchmarks import compare_workdirs  # pylint: disable=import-outside-toplevel
   from papa_jax import data as data_lib  # pylint: disable=import-outside-toplevel
-  from papa_jax.report import Experiment  # pylint: disable=import-outside-toplevel
+  from papa_jax.report.build import Experiment  # pylint: disable=import-outside-toplevel
   rng = np.random.default_rng(0)
   labels = rng.integers(0, 2, 400)
   right = lambda p: np.where(rng.random(400) < p, labels, 1 - labels)  # noqa: E731

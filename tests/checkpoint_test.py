@@ -7,7 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from papa_jax import checkpoint, parallel
+from papa_jax import parallel
+from papa_jax.workdir import checkpoint
 
 
 def _state():

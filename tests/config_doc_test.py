@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from papa_jax import config_doc, config_fields, config_schema
+from papa_jax.config import doc as config_doc, fields as config_fields, schema as config_schema
 
 pytestmark = pytest.mark.unit
 
@@ -24,7 +24,7 @@ def test_config_doc_is_up_to_date():
   with open(os.path.join(ROOT, "docs", "config.md"), encoding="utf-8") as f:
     written = f.read()
   assert written == config_doc.render(), (
-      "docs/config.md is stale: run `python -m papa_jax.config_doc > docs/config.md`.")
+      "docs/config.md is stale: run `python -m papa_jax.config.doc > docs/config.md`.")
 
 
 def test_config_doc_lists_every_field_with_a_description():

@@ -6,7 +6,7 @@ import pathlib
 import pytest
 
 from configs import base
-from papa_jax import config_schema
+from papa_jax.config import schema as config_schema
 
 pytestmark = pytest.mark.unit
 

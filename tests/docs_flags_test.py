@@ -18,7 +18,8 @@ import pytest
 from absl import flags
 from ml_collections import config_flags
 
-from papa_jax import config_schema, convert
+from papa_jax import convert
+from papa_jax.config import schema as config_schema
 from papa_jax.errors import ConfigError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

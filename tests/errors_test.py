@@ -68,7 +68,9 @@ def test_errors_the_scan_finds_an_unmarked_raise(tmp_path):
 
 def test_errors_every_project_error_is_a_papa_error_and_keeps_its_builtin_type():
   # pylint: disable=import-outside-toplevel
-  from papa_jax import checkpoint, features, storage, tokenization
+  from papa_jax import tokenization
+  from papa_jax.workdir import checkpoint, storage
+  from papa_jax.probing import features
   from papa_jax.analysis import finetune
   from papa_jax.convert import fetch
   from papa_jax.data import errors as data_errors

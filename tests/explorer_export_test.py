@@ -18,7 +18,7 @@ from configs import base
 from papa_jax import explorer
 from papa_jax.errors import ConfigError
 from papa_jax.explorer import ExplorerConfig, export, pack, payload
-from papa_jax.layout import Layout
+from papa_jax.workdir.layout import Layout
 from papa_jax.papa import means as means_lib
 from papa_jax.papa import schedule
 from papa_jax.plotting import pyplot

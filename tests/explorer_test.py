@@ -23,13 +23,15 @@ import pytest
 
 import papa_jax as pj
 from configs import base
-from papa_jax import attention, config_schema, convert, explorer, rank_agreement, run
+from papa_jax import attention, convert, explorer, run
+from papa_jax.config import schema as config_schema
+from papa_jax.measures import rank_agreement
 from papa_jax import data as data_lib
-from papa_jax import effective
+from papa_jax.measures import effective
 from papa_jax.errors import ConfigError
 from papa_jax.analysis import mixing_stats
 from papa_jax.explorer import ExplorerConfig, collect, pack, payload, write_explorer
-from papa_jax.layout import Layout
+from papa_jax.workdir.layout import Layout
 from papa_jax.models.config import EncoderConfig
 from papa_jax.models.encoder import init_params
 from papa_jax.papa import means as means_lib

@@ -3,7 +3,8 @@
 import jax
 import numpy as np
 import pytest
-from papa_jax import features, fitting, metrics, parallel, probes, train
+from papa_jax import parallel
+from papa_jax.probing import features, fitting, metrics, probes, train
 from papa_jax.attention import AttentionOverride
 from papa_jax.data import preprocess, readers, tasks
 from tests.testing import optimizer_config, require_shared

@@ -25,7 +25,7 @@ import urllib.request
 
 import pytest
 
-from papa_jax import lease, storage, workdir
+from papa_jax.workdir import lease, storage, rules as workdir
 from tests.launcher import PROBE_BATCH
 from tests.launcher import STEPS_PER_EPOCH as STEPS
 from tests.launcher import (

@@ -6,8 +6,11 @@ import numpy as np
 import pytest
 import scipy.stats
 
-from papa_jax import head_maps, rank_agreement, reader, report_heads, workdir
-from papa_jax.layout import Layout
+from papa_jax import head_maps, reader
+from papa_jax.measures import rank_agreement
+from papa_jax.report import heads as report_heads
+from papa_jax.workdir import rules as workdir
+from papa_jax.workdir.layout import Layout
 
 pytestmark = pytest.mark.unit
 

@@ -18,21 +18,94 @@ PACKAGE = "papa_jax"
 # about stages, analyses, commands or readers above it.
 FORBIDDEN = {
     "papa_jax.errors": ("papa_jax.",),
-    "papa_jax.layout": ("papa_jax.",),
+    "papa_jax.workdir.layout": ("papa_jax.",),
     "papa_jax.attention": ("papa_jax.",),
-    "papa_jax.effective": ("papa_jax.",),
+    "papa_jax.measures.effective": ("papa_jax.",),
     "papa_jax.models": ("papa_jax.analysis", "papa_jax.papa", "papa_jax.stage", "papa_jax.run",
                         "papa_jax.convert", "papa_jax.interventions", "papa_jax.data"),
     "papa_jax.data": ("papa_jax.models", "papa_jax.analysis", "papa_jax.papa", "papa_jax.stage",
-                      "papa_jax.config_schema", "papa_jax.run"),
-    "papa_jax.config_fields": ("papa_jax.",),
-    "papa_jax.config_schema": ("papa_jax.data", "papa_jax.stage", "papa_jax.registry",
+                      "papa_jax.config.schema", "papa_jax.run"),
+    "papa_jax.config.fields": ("papa_jax.",),
+    "papa_jax.config.schema": ("papa_jax.data", "papa_jax.stage", "papa_jax.registry",
                                "papa_jax.run"),
     "papa_jax.runner": ("papa_jax.stage", "papa_jax.registry", "papa_jax.run"),
     "papa_jax.stage": ("papa_jax.registry", "papa_jax.run", "papa_jax.commands",
                        "papa_jax.analysis", "papa_jax.papa", "papa_jax.suite"),
     "papa_jax.run": ("papa_jax.commands", "papa_jax.suite", "papa_jax.report",
                      "papa_jax.explorer"),
+    # Each folder of the package (one rule per folder).
+    "papa_jax.workdir": (
+        "papa_jax.stage",
+        "papa_jax.registry",
+        "papa_jax.run",
+        "papa_jax.commands",
+        "papa_jax.suite",
+        "papa_jax.analysis",
+        "papa_jax.papa",
+        "papa_jax.explorer",
+        "papa_jax.report",
+        "papa_jax.probing",
+        "papa_jax.data",
+        "papa_jax.models",
+        "papa_jax.convert",
+        "papa_jax.measures",
+    ),
+    "papa_jax.report": (
+        "papa_jax.stage",
+        "papa_jax.registry",
+        "papa_jax.run",
+        "papa_jax.commands",
+        "papa_jax.suite",
+        "papa_jax.analysis",
+        "papa_jax.explorer",
+        "papa_jax.probing",
+        "papa_jax.convert",
+        "papa_jax.models",
+    ),
+    "papa_jax.probing": (
+        "papa_jax.stage",
+        "papa_jax.registry",
+        "papa_jax.run",
+        "papa_jax.commands",
+        "papa_jax.suite",
+        "papa_jax.analysis",
+        "papa_jax.papa",
+        "papa_jax.explorer",
+        "papa_jax.report",
+        "papa_jax.convert",
+    ),
+    "papa_jax.measures": (
+        "papa_jax.stage",
+        "papa_jax.registry",
+        "papa_jax.run",
+        "papa_jax.commands",
+        "papa_jax.suite",
+        "papa_jax.analysis",
+        "papa_jax.papa",
+        "papa_jax.explorer",
+        "papa_jax.report",
+        "papa_jax.probing",
+        "papa_jax.data",
+        "papa_jax.workdir",
+        "papa_jax.convert",
+        "papa_jax.config",
+    ),
+    "papa_jax.config": (
+        "papa_jax.stage",
+        "papa_jax.registry",
+        "papa_jax.run",
+        "papa_jax.commands",
+        "papa_jax.suite",
+        "papa_jax.analysis",
+        "papa_jax.papa",
+        "papa_jax.explorer",
+        "papa_jax.workdir",
+        "papa_jax.data",
+        "papa_jax.models",
+        "papa_jax.report",
+        "papa_jax.probing",
+        "papa_jax.measures",
+    ),
 }
 
 
@@ -116,7 +189,7 @@ def test_imports_low_layers_import_nothing_above_them():
 def test_imports_graph_sees_lazy_imports():
   """The walker counts imports inside functions (a cycle hidden in one still counts)."""
   graph = import_graph()
-  assert "papa_jax.attention" in graph["papa_jax.workdir"]
+  assert "papa_jax.attention" in graph["papa_jax.workdir.rules"]
   assert "papa_jax.papa.means" in graph["papa_jax.registry"]
   rooms = {"a": {"b"}, "b": {"a"}}
   try:

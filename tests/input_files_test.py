@@ -9,7 +9,8 @@ import types
 import pytest
 
 from configs import quickstart
-from papa_jax import input_files, registry, run, stage, workdir
+from papa_jax import registry, run, stage
+from papa_jax.workdir import input_files, rules as workdir
 from papa_jax.papa import means as means_lib
 from tests import testing
 from tests.testing import require_shared, tiny_config

@@ -5,7 +5,7 @@ import pytest
 import scipy.stats
 import sklearn.metrics as skm
 
-from papa_jax import metrics
+from papa_jax.probing import metrics
 
 pytestmark = pytest.mark.unit
 

@@ -7,7 +7,8 @@ import pytest
 from scipy.special import erf
 
 import papa_jax as pj
-from papa_jax import convert, mixing
+from papa_jax import convert
+from papa_jax.measures import mixing
 from tests import hf_oracle, testing
 from tests.testing import require_shared
 
@@ -341,7 +342,7 @@ def test_attention_flow_equals_min_cuts():
   """§10 T11: one layer's flow is its matrix; two layers' flow is the min cut, which for
   this layered graph is `sum_k min(A2[i, k], A1[k, j])` (each middle node is cut on one
   side or the other); rows sum to 1; padding is absent."""
-  from papa_jax import attention_flow as af
+  from papa_jax.measures import attention_flow as af
   rng = np.random.default_rng(3)
   one = af.layer_matrices(_stochastic(rng, 1, 4, 4))
   np.testing.assert_allclose(af.flow(one), one[0], atol=4 * 2.0 ** -24)
@@ -365,7 +366,7 @@ def test_context_mixing_flow_route_and_guards(minilm, minilm_tokenizer, monkeypa
   above the token limit; a bfloat16 model is refused unless allowed."""
   import dataclasses
 
-  from papa_jax import attention_flow as af
+  from papa_jax.measures import attention_flow as af
   enc = minilm_tokenizer(["dull ."], padding="max_length", max_length=6, return_tensors="np")
   data = _encoded(enc["input_ids"], enc["attention_mask"])
   maps = pj.context_mixing(minilm, data, methods=("attention", "attention_flow"))
@@ -437,11 +438,12 @@ def test_mixing_invariances_under_reparametrisation():
 
 @pytest.mark.unit
 def test_mixing_registry_is_the_config_and_the_api_computes_every_method():
-  """The registry (papa_jax/mixing_methods.py) is what the config lists and the stage and
+  """The registry (papa_jax/measures/mixing_methods.py) is what the config lists and the stage and
   explorer read; `api.context_mixing` computes every registered method (and the rollouts
   it declares) on the tiny BERT, each map shaped, finite, 0 on padding and, where the
   record says so, row-stochastic."""
-  from papa_jax import config_fields, config_schema, mixing_methods as mm
+  from papa_jax.config import fields as config_fields, schema as config_schema
+  from papa_jax.measures import mixing_methods as mm
   from papa_jax.analysis import mixing_stats
   from papa_jax.explorer import collect
   assert config_schema.EXPLORE_MIXING == tuple(mm.LABELS) == tuple(collect.MIXING_LABELS)

@@ -4,7 +4,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from papa_jax import fitting, parallel, probes, train
+from papa_jax import parallel
+from papa_jax.probing import fitting, probes, train
 from papa_jax.attention import AttentionOverride
 from papa_jax.data import pipeline, preprocess, readers, tasks
 from tests.testing import optimizer_config

@@ -1,10 +1,10 @@
-"""papa_jax/rank_agreement.py against hand values and a calibration check."""
+"""papa_jax/measures/rank_agreement.py against hand values and a calibration check."""
 
 import numpy as np
 
 import pytest
 
-from papa_jax import rank_agreement
+from papa_jax.measures import rank_agreement
 
 pytestmark = pytest.mark.unit
 

@@ -20,7 +20,8 @@ import numpy as np
 import pytest
 
 import papa_jax as pj
-from papa_jax import commands, run, workdir
+from papa_jax import commands, run
+from papa_jax.workdir import rules as workdir
 from papa_jax.errors import WorkdirError
 from papa_jax.explorer import page
 from papa_jax.papa import means as means_lib

@@ -8,8 +8,12 @@ import shutil
 import numpy as np
 import pytest
 
-from papa_jax import config_schema, convert, rank_agreement, reader, registry, report_heads, run
-from papa_jax import suite, workdir
+from papa_jax import convert, reader, registry, run
+from papa_jax.config import schema as config_schema
+from papa_jax.measures import rank_agreement
+from papa_jax.report import heads as report_heads
+from papa_jax import suite
+from papa_jax.workdir import rules as workdir
 from papa_jax.explorer import collect
 from papa_jax.data import DataError
 from papa_jax.errors import ConfigError

@@ -6,7 +6,9 @@ import json
 import numpy as np
 import pytest
 
-from papa_jax import rank_agreement, report, significance, uncertainty
+from papa_jax import significance, uncertainty
+from papa_jax.measures import rank_agreement
+from papa_jax.report import build as report
 from papa_jax.data.tasks import get_task
 
 pytestmark = pytest.mark.unit
@@ -178,7 +180,7 @@ def _claim_cell(drop_all, drop_half, reps_all, reps_half):
      ("within noise", "within noise", "within noise")),  # 0 and 8% inside; 2% inside.
 ])
 def test_paper_claims_verdicts_follow_their_intervals(all_reps, half_reps, rho_verdict, want):
-  from papa_jax import report_claims  # pylint: disable=import-outside-toplevel
+  from papa_jax.report import claims as report_claims  # pylint: disable=import-outside-toplevel
   cells = [_claim_cell(float(np.mean(all_reps)), float(np.mean(half_reps)), all_reps,
                        half_reps)]
   corr = {"raw": dict(n=5, rho=0.3, ci=(-0.1, 0.7), verdict=rho_verdict, pairs=[])}
@@ -213,7 +215,7 @@ def test_claims_average_informative_cells_like_the_oracle(claims):
 def test_a_drop_undefined_in_some_resamples_is_left_out_of_the_claims_averages():
   """MCC 0.08 whose baseline is <= 0 in some resamples: its relative drop (here 80%) has
   no interval and would swamp a mean over cells; it is named and left out."""
-  from papa_jax import report_claims  # pylint: disable=import-outside-toplevel
+  from papa_jax.report import claims as report_claims  # pylint: disable=import-outside-toplevel
   good = _claim_cell(0.02, 0.0, [0.01, 0.02, 0.03], [0.0, 0.0, 0.0])
   shaky = _claim_cell(0.80, 0.3, [0.5, np.nan, 0.9], [0.1, np.nan, 0.4])
   shaky[0]["model"] = "shaky"
@@ -228,7 +230,7 @@ def test_per_model_averages_claims_and_correlation_leave_out_the_same_cells():
   """One rule (`report_claims._no_interval`): a task whose drop is undefined in some
   resamples is left out of its model's average as of the claims, and named in both; the
   average keeps its interval (it used to lose it, printing a point mean with no interval)."""
-  from papa_jax import report_claims  # pylint: disable=import-outside-toplevel
+  from papa_jax.report import claims as report_claims  # pylint: disable=import-outside-toplevel
   good = _claim_cell(0.02, 0.0, [0.01, 0.02, 0.03], [0.0, 0.0, 0.0])
   shaky = _claim_cell(0.80, 0.3, [0.5, np.nan, 0.9], [0.1, np.nan, 0.4])
   shaky[0]["task"] = "cola"
@@ -269,7 +271,7 @@ def test_cells_trained_on_different_subset_sizes_are_named_in_the_caveats():
 def test_a_cell_whose_drop_is_left_out_is_not_marked_in_the_claims():
   """Informative, but its drop has no interval: the tables' "in the claims" column and the
   CSV's in_claims say it stayed out of the claims, and why (it said "yes" before)."""
-  from papa_jax import report_claims, report_markdown  # pylint: disable=import-outside-toplevel
+  from papa_jax.report import claims as report_claims, markdown as report_markdown  # pylint: disable=import-outside-toplevel
   good = _claim_cell(0.02, 0.0, [0.01, 0.02, 0.03], [0.0, 0.0, 0.0])
   shaky = _claim_cell(0.80, 0.3, [0.5, np.nan, 0.9], [0.1, np.nan, 0.4])
   half = _claim_cell(0.10, 0.3, [0.1, 0.1, 0.1], [0.1, np.nan, 0.4])
@@ -289,7 +291,7 @@ def test_a_cell_whose_drop_is_left_out_is_not_marked_in_the_claims():
 def test_leave_one_model_out_drop_claims():
   """A claim decided by one model says so: the 8% average over a cell near 8% and one near
   30% is contradicted, supported without the 30% model, contradicted without the other."""
-  from papa_jax import report_claims  # pylint: disable=import-outside-toplevel
+  from papa_jax.report import claims as report_claims  # pylint: disable=import-outside-toplevel
   near = _claim_cell(0.08, 0.0, [0.06, 0.08, 0.10], [0.0, 0.0, 0.01])
   far = _claim_cell(0.30, 0.0, [0.28, 0.30, 0.32], [0.0, 0.0, 0.01])
   got = report_claims.claims([near[0], far[0]], [near[1], far[1]], {}, 0.95)

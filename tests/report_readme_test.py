@@ -5,7 +5,8 @@ import os
 
 import pytest
 
-from papa_jax import report, report_readme
+from papa_jax import report_readme
+from papa_jax.report import build as report
 from tests.report_claims_test import N_BOOT, _claims_suite
 
 pytestmark = pytest.mark.unit

@@ -8,7 +8,8 @@ import os
 import numpy as np
 import pytest
 
-from papa_jax import report, uncertainty
+from papa_jax import uncertainty
+from papa_jax.report import build as report
 from papa_jax.data.tasks import get_task
 
 pytestmark = pytest.mark.unit
@@ -166,7 +167,7 @@ def test_figures_are_valid_pngs(written):
 
 
 def test_gate_map_marks_first_fraction():
-  from papa_jax import report_figures  # pylint: disable=import-outside-toplevel
+  from papa_jax.report import figures as report_figures  # pylint: disable=import-outside-toplevel
   got = report_figures.constant_from([[1, 1], [0, 0], [0, 1], [1, 0]], [2, 3, 4], 2, 2)
   np.testing.assert_array_equal(got, [[2, 3], [4, 2]])
 
@@ -259,7 +260,7 @@ def _controls_experiment():
 
 
 def test_report_controls_say_whether_lambda_beats_random_and_the_mean_beats_uniform(tmp_path):
-  from papa_jax import report_controls
+  from papa_jax.report import controls as report_controls
   exp = _controls_experiment()
   c = report_controls.analyse(exp, rng_seed=report.task_seed(0, "sst2"), n_boot=300)
   pooled = next(x for x in c["curves"] if (x["ordering"], x["static_heads"]) == ("random", 2))
@@ -282,7 +283,8 @@ def test_report_controls_say_whether_lambda_beats_random_and_the_mean_beats_unif
   assert "## Controls: which heads, and which constant" in md and "lambda beats random" in md
   assert os.path.exists(paths["controls/tiny/sst2"])
   assert "raw/entropy" not in md.split("## Controls")[0]  # Other orders stay out of the main tables.
-  from papa_jax import rank_agreement, significance
+  from papa_jax import significance
+  from papa_jax.measures import rank_agreement
   rows = [x for c in report.analyse([exp], n_boot=200)["controls"] for x in c["vs_random"]
           + c["vs_uniform"]]  # A second Holm family: every control comparison.
   assert [x["verdict_adjusted"] for x in rows] == [

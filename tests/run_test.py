@@ -7,7 +7,9 @@ import shutil
 import numpy as np
 import pytest
 
-from papa_jax import features, run, workdir
+from papa_jax import run
+from papa_jax.probing import features
+from papa_jax.workdir import rules as workdir
 from papa_jax.data import DataError
 from papa_jax.papa import means as means_lib
 from tests.testing import require_shared, tiny_config

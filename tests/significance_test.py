@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 import scipy.stats
 
-from papa_jax import rank_agreement, significance
+from papa_jax import significance
+from papa_jax.measures import rank_agreement
 
 pytestmark = pytest.mark.unit
 

@@ -16,7 +16,9 @@ import types
 import numpy as np
 import pytest
 
-from papa_jax import config_schema, lease, preemption, reader, run, storage, workdir
+from papa_jax import preemption, reader, run
+from papa_jax.config import schema as config_schema
+from papa_jax.workdir import lease, storage, rules as workdir
 from papa_jax.errors import ConfigError, StorageError
 from tests import fake_gcs
 from tests.launcher import MAIN, ROOT, launcher_env

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from configs import suite as suite_config
-from papa_jax import commands, features, suite
+from papa_jax import commands, suite
+from papa_jax.probing import features
 from papa_jax.errors import ConfigError
 from tests.testing import override, require_model, require_shared
 

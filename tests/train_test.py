@@ -7,7 +7,8 @@ import pytest
 from ml_collections import ConfigDict
 
 from papa_jax import data as data_lib
-from papa_jax import features, fitting, parallel, probes, train
+from papa_jax import parallel
+from papa_jax.probing import features, fitting, probes, train
 from papa_jax.data import pipeline
 from papa_jax.models.config import EncoderConfig
 from tests.testing import optimizer_config

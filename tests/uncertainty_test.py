@@ -3,7 +3,8 @@
 import numpy as np
 import pytest
 
-from papa_jax import metrics, uncertainty
+from papa_jax import uncertainty
+from papa_jax.probing import metrics
 from papa_jax.data.tasks import get_task
 
 pytestmark = pytest.mark.unit
@@ -39,7 +40,7 @@ def _data(name, seed=0, n=120, seeds=(3, 2), acc=(0.8, 0.7)):
 
 
 def _reference_score(task, metric, pred, labels):
-  """The metric straight from `papa_jax.metrics`, as the pipeline scores."""
+  """The metric straight from `papa_jax.probing.metrics`, as the pipeline scores."""
   if task.kind == "tagging":
     keep, names = labels != -100, np.asarray(task.label_names)
     if "f1" not in task.metrics:
@@ -215,7 +216,9 @@ def test_curve_points_and_bands():
 
 def test_every_report_path_draws_ten_thousand_resamples_by_default():
   import inspect
-  from papa_jax import config_schema, report, report_controls, suite
+  from papa_jax import suite
+  from papa_jax.config import schema as config_schema
+  from papa_jax.report import build as report, controls as report_controls
   assert uncertainty.N_BOOT == 10_000
   assert config_schema.get_config().report.n_boot == uncertainty.N_BOOT
   for fn in (report.analyse, report.write_report, report_controls.analyse,

@@ -12,9 +12,11 @@ import numpy as np
 import pytest
 
 from configs import quickstart
-from papa_jax import checkpoint, features, registry, resume, storage, workdir
+from papa_jax import registry
+from papa_jax.workdir import checkpoint, resume, storage, rules as workdir
+from papa_jax.probing import features
 from papa_jax.errors import ConfigError, StorageError
-from papa_jax.layout import Layout
+from papa_jax.workdir.layout import Layout
 from papa_jax.papa import means as means_lib
 
 

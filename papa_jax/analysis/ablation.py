@@ -28,12 +28,14 @@ import jax.numpy as jnp
 import numpy as np
 from absl import logging
 
-from papa_jax import features, fitting, head_maps, metrics, parallel, resume, train
+from papa_jax import head_maps, parallel
+from papa_jax.probing import features, fitting, metrics, train
+from papa_jax.workdir import resume
 from papa_jax.analysis import figures
 from papa_jax.attention import AttentionOverride
 from papa_jax.interventions import ABLATIONS as KINDS
 from papa_jax.interventions import HeadAblation
-from papa_jax.layout import RELATIVE
+from papa_jax.workdir.layout import RELATIVE
 from papa_jax.models.config import EncoderConfig
 from papa_jax.models.encoder import Encoder
 from papa_jax.papa import means

@@ -27,7 +27,8 @@ import jax.numpy as jnp
 import numpy as np
 from absl import logging
 
-from papa_jax import effective, head_maps, runner
+from papa_jax import head_maps, runner
+from papa_jax.measures import effective
 from papa_jax.analysis import figures, per_head
 from papa_jax.models.encoder import Capture
 from papa_jax.stage import Setup

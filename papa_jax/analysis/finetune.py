@@ -19,7 +19,9 @@ from typing import ClassVar
 import jax.numpy as jnp
 import numpy as np
 
-from papa_jax import convert, effective, head_maps, input_files, tokenization
+from papa_jax import convert, head_maps, tokenization
+from papa_jax.measures import effective
+from papa_jax.workdir import input_files
 from papa_jax import runner
 from papa_jax.analysis import figures, per_head
 from papa_jax.analysis.effective_stats import js_divergence

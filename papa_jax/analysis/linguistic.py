@@ -25,7 +25,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from papa_jax import effective, head_maps
+from papa_jax import head_maps
+from papa_jax.measures import effective
 from papa_jax import runner
 from papa_jax.analysis import figures, per_head
 from papa_jax.data.preprocess import IGNORE

@@ -1,6 +1,6 @@
 """The `mixing` stage: context-mixing measures averaged over a split's real tokens.
 
-Per layer and head (`papa_jax/mixing.py` for the math):
+Per layer and head (`papa_jax/measures/mixing.py` for the math):
   * `norm_mass`: Kobayashi et al.'s per-head norm `sum_j alpha^h_ij ||f^h_j||`,
     averaged over real query rows (how much a head moves, not only where);
   * `head_share`: the head's share of the layer's attention output,
@@ -32,12 +32,14 @@ from typing import ClassVar
 import jax.numpy as jnp
 import numpy as np
 
-from papa_jax import head_maps, mixing, mixing_methods, runner, workdir
+from papa_jax import head_maps, runner
+from papa_jax.measures import mixing, mixing_methods
+from papa_jax.workdir import rules as workdir
 from papa_jax.analysis import figures, per_head
 from papa_jax.errors import ConfigError
 from papa_jax.stage import Setup
 
-# `mixing.methods` and the mixing ratios, from the registry (papa_jax/mixing_methods.py);
+# `mixing.methods` and the mixing ratios, from the registry (papa_jax/measures/mixing_methods.py);
 # attention's rollout always.
 METHODS, RATIOS = mixing_methods.STAGE_METHODS, mixing_methods.RATIOS
 PER_HEAD = ("norm_mass", "head_share", "attention_self")  # Compared with the head scores.

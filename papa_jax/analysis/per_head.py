@@ -22,9 +22,10 @@ import jax
 import numpy as np
 from absl import logging
 
-from papa_jax import convert, head_maps, parallel, resume
+from papa_jax import convert, head_maps, parallel
+from papa_jax.workdir import resume
 from papa_jax import runner
-from papa_jax.layout import RELATIVE
+from papa_jax.workdir.layout import RELATIVE
 from papa_jax.models.encoder import Capture, EncoderOutput
 from papa_jax.stage import Setup, Stage
 

@@ -20,7 +20,8 @@ from typing import Any
 import jax
 import numpy as np
 
-from papa_jax import tokenization, workdir
+from papa_jax import tokenization
+from papa_jax.workdir import rules as workdir
 from papa_jax.errors import ConfigError, ModelFileError, ModelNotFound
 from papa_jax.convert import checkpoint_io
 from papa_jax.convert.checkpoint_io import read_state_dict

@@ -26,7 +26,7 @@ import tempfile
 import zipfile
 
 from papa_jax.errors import ModelNotFound, PapaError
-from papa_jax.input_files import sha256
+from papa_jax.workdir.input_files import sha256
 
 ENV = "PAPA_MODELS"
 SOURCE_FILE = "SOURCE.json"

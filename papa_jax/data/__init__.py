@@ -15,7 +15,7 @@ import os
 import numpy as np
 from absl import logging
 
-from papa_jax import input_files
+from papa_jax.workdir import input_files
 from papa_jax.data import readers, sources
 from papa_jax.data.declare import check_config, data_dir, resolve_task
 from papa_jax.data.errors import DataError, TaskConfigError

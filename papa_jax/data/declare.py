@@ -26,7 +26,7 @@ SOURCES = ("local", "tfds")
 SPLITS = ("train", "validation", "test")
 # Block fields whose default is an empty value: setting any means a custom task.
 _DECLARING = ("name", "format", *SPLITS, "text_fields", "label_field", "label_names", "metrics")
-# seqeval's (conlleval) chunk prefixes, as papa_jax/metrics.py splits them.
+# seqeval's (conlleval) chunk prefixes, as papa_jax/probing/metrics.py splits them.
 _IOB = re.compile(r"O|[BIES]-.+")
 
 

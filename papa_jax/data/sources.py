@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from papa_jax import input_files
+from papa_jax.workdir import input_files
 from papa_jax.data.errors import DataError
 from papa_jax.data.tasks import Task
 

@@ -15,7 +15,7 @@ import types
 from papa_jax.data.errors import TaskConfigError
 
 KINDS = ("classification", "regression", "tagging")
-# The metrics of papa_jax/metrics.py each kind can report. Tagging scores
+# The metrics of papa_jax/probing/metrics.py each kind can report. Tagging scores
 # entities (IOB chunks: f1, precision, recall, plus token accuracy) when "f1" is
 # among its metrics, else token accuracy alone.
 METRICS = types.MappingProxyType({

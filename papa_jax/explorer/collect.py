@@ -12,13 +12,14 @@ from absl import logging
 
 from papa_jax import api
 from papa_jax import data as data_lib
-from papa_jax import effective, head_maps, mixing_methods, reader, results
+from papa_jax import head_maps, reader, results
+from papa_jax.measures import effective, mixing_methods
 from papa_jax.explorer import pack
 from papa_jax.models.encoder import Capture
 from papa_jax.errors import ConfigError
 
 # What each per-layer context-mixing map of an example is (`explore.mixing`; all heads): the
-# registry's (papa_jax/mixing_methods.py), rollouts too.
+# registry's (papa_jax/measures/mixing_methods.py), rollouts too.
 MIXING_LABELS = mixing_methods.LABELS
 
 

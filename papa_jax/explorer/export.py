@@ -22,7 +22,8 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 from absl import logging
 
-from papa_jax import convert, storage
+from papa_jax import convert
+from papa_jax.workdir import storage
 from papa_jax.analysis import figures
 from papa_jax.errors import ConfigError
 from papa_jax.explorer import pack

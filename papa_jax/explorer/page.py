@@ -14,7 +14,9 @@ import jax
 import ml_collections
 from absl import logging
 
-from papa_jax import config_schema, convert, reader, storage
+from papa_jax import convert, reader
+from papa_jax.config import schema as config_schema
+from papa_jax.workdir import storage
 from papa_jax.explorer import collect, export, pack
 from papa_jax.papa import means as means_lib
 from papa_jax.papa import schedule

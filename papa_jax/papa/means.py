@@ -32,13 +32,16 @@ import numpy as np
 from absl import logging
 from jax.scipy.special import xlogy
 
-from papa_jax import config_schema, effective, parallel, resume, storage, workdir
-from papa_jax import features as features_lib
+from papa_jax import parallel
+from papa_jax.config import schema as config_schema
+from papa_jax.measures import effective
+from papa_jax.workdir import resume, storage, rules as workdir
+from papa_jax.probing import features as features_lib
 from papa_jax import runner
 from papa_jax.data import pipeline
 from papa_jax.papa import constants
 from papa_jax.errors import ConfigError, PapaError
-from papa_jax.layout import RELATIVE
+from papa_jax.workdir.layout import RELATIVE
 from papa_jax.models.config import EncoderConfig
 from papa_jax.models.encoder import DTYPES, Capture
 from papa_jax.stage import Setup, Stage

@@ -16,12 +16,15 @@ import jax.numpy as jnp
 import numpy as np
 from absl import logging
 
-from papa_jax import config_schema, fitting, interventions, parallel, probes, storage, train
-from papa_jax import workdir
+from papa_jax import interventions, parallel
+from papa_jax.config import schema as config_schema
+from papa_jax.probing import fitting, probes, train
+from papa_jax.workdir import storage
+from papa_jax.workdir import rules as workdir
 from papa_jax import data as data_lib
 from papa_jax.attention import AttentionOverride
 from papa_jax.errors import ConfigError
-from papa_jax.layout import RELATIVE
+from papa_jax.workdir.layout import RELATIVE
 from papa_jax.papa import means, orderings, probe
 from papa_jax.stage import Setup, Stage
 

@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from papa_jax import config_schema, storage, workdir
+from papa_jax.config import schema as config_schema
+from papa_jax.workdir import storage, rules as workdir
 from papa_jax.papa import means, schedule
 from papa_jax.stage import Setup
 from papa_jax.errors import IncompleteWorkdir

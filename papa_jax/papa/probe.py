@@ -23,10 +23,13 @@ import jax.numpy as jnp
 import numpy as np
 from absl import logging
 
-from papa_jax import config_schema, fitting, parallel, results, storage, train, workdir
-from papa_jax import features as features_lib
+from papa_jax import parallel, results
+from papa_jax.config import schema as config_schema
+from papa_jax.probing import fitting, train
+from papa_jax.workdir import storage, rules as workdir
+from papa_jax.probing import features as features_lib
 from papa_jax.attention import AttentionOverride
-from papa_jax.layout import RELATIVE
+from papa_jax.workdir.layout import RELATIVE
 from papa_jax.papa import means, orderings, schedule
 from papa_jax.papa.sort import needs_ranking, static_head_counts
 from papa_jax.stage import Setup, Stage

@@ -7,8 +7,8 @@ from typing import Sequence
 
 import numpy as np
 
-from papa_jax import storage, workdir
-from papa_jax.layout import Layout
+from papa_jax.workdir import storage, rules as workdir
+from papa_jax.workdir.layout import Layout
 from papa_jax.errors import ConfigError, IncompleteWorkdir, ResultFileError
 
 PAPER_FRACTIONS = (0.0, 0.5, 0.875, 0.9375, 1.0)

@@ -16,10 +16,13 @@ import jax.numpy as jnp
 import numpy as np
 from absl import logging
 
-from papa_jax import config_schema, fitting, parallel, storage, train, workdir
+from papa_jax import parallel
+from papa_jax.config import schema as config_schema
+from papa_jax.probing import fitting, train
+from papa_jax.workdir import storage, rules as workdir
 from papa_jax import data as data_lib
 from papa_jax.attention import AttentionOverride
-from papa_jax.layout import RELATIVE
+from papa_jax.workdir.layout import RELATIVE
 from papa_jax.papa import means, schedule
 from papa_jax.stage import Setup, Stage
 

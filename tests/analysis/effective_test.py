@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import papa_jax as pj
-from papa_jax import effective as eff
+from papa_jax.measures import effective as eff
 
 
 

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 import papa_jax as pj
-from papa_jax import convert, parallel, preemption, probes, run
+from papa_jax import convert, parallel, preemption, run
+from papa_jax.probing import probes
 from papa_jax.analysis import ablation, finetune, linguistic
 from papa_jax.data import preprocess, tasks
 from tests import testing

@@ -12,7 +12,7 @@ import zipfile
 import pytest
 
 import papa_jax as pj
-from papa_jax import input_files
+from papa_jax.workdir import input_files
 from papa_jax.convert import fetch
 
 # sha256 of the installed weights, as ../shared/models.md verified them.

@@ -267,7 +267,7 @@ def test_mixing_refuses_pre_ln_layers(model):
   ids = np.ones((1, 6), np.int32)
   with pytest.raises(ValueError, match="norm_placement='pre'"):
     model.apply(ids, np.ones_like(ids), capture=pj.Capture(layer_norms=True))
-  from papa_jax import mixing
+  from papa_jax.measures import mixing
   with pytest.raises(ValueError, match=r"norm_placement='pre'"):
     mixing.check_decomposable(model.config)
   from types import SimpleNamespace as NS

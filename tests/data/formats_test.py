@@ -5,7 +5,8 @@ import dataclasses
 
 import pytest
 
-from papa_jax import config_fields, config_schema, data
+from papa_jax import data
+from papa_jax.config import fields as config_fields, schema as config_schema
 from papa_jax.data import conll, formats, readers, tables, tasks
 from tests.data.conftest import custom_config, write
 

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from configs import base
-from papa_jax import data, metrics
+from papa_jax import data
+from papa_jax.probing import metrics
 from papa_jax.data import readers, tasks
 from tests.conftest import require_shared
 

@@ -36,7 +36,7 @@ def test_task_catalog_refuses_tasks_it_does_not_have(tmp_path):
 
 
 def test_task_catalog_source_binds_dataset_version_split_and_prepared_files(tmp_path):
-  from papa_jax import input_files  # pylint: disable=import-outside-toplevel
+  from papa_jax.workdir import input_files  # pylint: disable=import-outside-toplevel
   with tfds.testing.mock_data(num_examples=6, policy=tfds.testing.MockPolicy.USE_CODE):
     mocked = sources.catalog_source(tasks.get_task("sst2"), "validation", str(tmp_path / "m"))
   assert mocked == dict(tfds="glue/sst2/2.0.0", tfds_split="validation", files={})

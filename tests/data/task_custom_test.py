@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from configs import base
-from papa_jax import data, metrics
+from papa_jax import data
+from papa_jax.probing import metrics
 from papa_jax.data import readers
 from tests.conftest import require_shared
 from tests.data.conftest import custom_config, write

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from configs import base
-from papa_jax import data, metrics
+from papa_jax import data
+from papa_jax.probing import metrics
 from tests.data.conftest import write
 from tests.data.format_conllu_test import CONLLU, UPOS, WORDS
 

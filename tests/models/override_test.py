@@ -7,7 +7,7 @@ import pytest
 
 import papa_jax as pj
 from papa_jax import attention as attn
-from papa_jax import effective as eff
+from papa_jax.measures import effective as eff
 from tests import hf_oracle, testing
 
 SENTS = ["the movie was a gorgeous , witty , seductive thing .",

@@ -4,7 +4,8 @@ import jax
 import numpy as np
 import pytest
 
-from papa_jax import convert, parallel, preemption, resume
+from papa_jax import convert, parallel, preemption
+from papa_jax.workdir import resume
 from papa_jax.data import preprocess, readers, tasks
 from papa_jax.papa import means as means_lib
 from tests.testing import sigterm_during_batch

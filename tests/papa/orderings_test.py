@@ -169,7 +169,7 @@ def test_constants_compressed_mean_equals_its_scipy_fit_and_masks_like_every_con
 def test_orderings_gradient_importance_equals_finite_differences(minilm, sst2_padded):
   """|dL_b/dxi_bh| through HeadMask, against central differences of the loss (float64-free,
   so a loose tolerance), and the per-head mean over examples."""
-  from papa_jax import probes, train
+  from papa_jax.probing import probes, train
   from papa_jax.papa import ordering_stage
   cfg = minilm.config
   probe = probes.SentenceProbe(2, cfg.hidden_size, 0.0)

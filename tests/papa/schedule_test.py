@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from papa_jax.layout import Layout
+from papa_jax.workdir.layout import Layout
 from papa_jax.papa import schedule
 
 pytestmark = pytest.mark.unit

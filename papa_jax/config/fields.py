@@ -16,11 +16,11 @@ FEATURE_DTYPES = ("float32", "bfloat16")
 ABLATIONS = ("uniform", "constant", "effective")
 ORDERINGS = ("lambda", "random", "entropy", "variance", "kl", "gradient", "ablation")
 DATA_FORMATS = ("csv", "tsv", "jsonl", "conll", "conllu")  # papa_jax/data/formats.py
-# The mixing stage's methods (papa_jax/mixing_methods.py, STAGE_METHODS), in the order of
+# The mixing stage's methods (papa_jax/measures/mixing_methods.py, STAGE_METHODS), in the order of
 # mixing.methods' default, a results field.
 MIXING_METHODS = ("norms", "alti", "globenc", "value_zeroing")
 # Per-layer context-mixing maps the explorer can store per example (`api.context_mixing`;
-# papa_jax/mixing_methods.py, LABELS).
+# papa_jax/measures/mixing_methods.py, LABELS).
 EXPLORE_MIXING = ("attention", "attention_rollout", "attn", "attnres", "attnresln", "globenc",
                   "globenc_rollout", "alti", "alti_rollout", "value_zeroing",
                   "value_zeroing_rollout")
@@ -166,7 +166,8 @@ FIELDS: dict[str, Field | Group] = dict(
                 "real tokens), constant (the head's dataset mean), effective (its effective "
                 "attention)."),
     )),
-    mixing=G("The mixing stage: context mixing beyond attention (papa_jax/mixing.py).", dict(
+    mixing=G("The mixing stage: context mixing beyond attention "
+             "(papa_jax/measures/mixing.py).", dict(
         methods=F(MIXING_METHODS, "Measures: norms (Kobayashi 2020/2021), alti, globenc, "
                   "value_zeroing; attention rollout always."),
         alti_chunk=F(16, "Query rows per ALTI chunk (memory: batch x chunk x L x D floats)."),
@@ -215,7 +216,7 @@ FIELDS: dict[str, Field | Group] = dict(
                        "runs."),
         lease_stale_seconds=F(120.0, "A gs:// workdir's lease without a heartbeat for this "
                               "many seconds, unchanged while watched for half of it, is "
-                              "taken over (papa_jax/lease.py)."),
+                              "taken over (papa_jax/workdir/lease.py)."),
         distributed=G("Multi-host runs (papa_jax/parallel.py).", dict(
             enabled=F(False, "Call jax.distributed.initialize() (multi-host, TPU pod runs)."),
             coordinator_address=F("", "HOST:PORT of process 0; '' lets JAX find it (TPU, "

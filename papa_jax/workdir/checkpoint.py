@@ -15,7 +15,7 @@ import jax
 from absl import logging
 import orbax.checkpoint as ocp
 
-from papa_jax import storage, workdir
+from papa_jax.workdir import storage, rules as workdir
 from papa_jax.errors import PapaError
 
 

@@ -20,7 +20,7 @@ import numpy as np
 import optax
 
 from papa_jax import attention as attn
-from papa_jax import metrics, probes
+from papa_jax.probing import metrics, probes
 from papa_jax.models.config import EncoderConfig
 from papa_jax.models.encoder import DTYPES, Encoder
 

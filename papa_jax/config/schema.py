@@ -25,9 +25,8 @@ from typing import Any
 
 import ml_collections
 
-from papa_jax.config_fields import (  # noqa: F401  (the choices are part of this API)
-    ABLATIONS, DATA_FORMATS, EXPLORE_MIXING, FEATURE_DTYPES, FIELDS, MIXING_METHODS, ORDERINGS,
-    VARIANTS, Group)
+from papa_jax.config.fields import (ABLATIONS, DATA_FORMATS, EXPLORE_MIXING, FEATURE_DTYPES,
+                                    FIELDS, MIXING_METHODS, ORDERINGS, VARIANTS, Group)
 from papa_jax.errors import ConfigError
 
 RESULT_GROUPS = ("model", "data", "sort", "probe", "effective", "finetune", "ablation",

@@ -34,7 +34,7 @@ from typing import Any, Iterator
 
 from absl import logging
 
-from papa_jax import storage
+from papa_jax.workdir import storage
 from papa_jax.errors import ConfigError, StorageError
 
 

@@ -9,7 +9,7 @@ import numpy as np
 
 from papa_jax.papa.schedule import ranking_from_lambdas
 from papa_jax.plotting import pyplot, save_figure
-from papa_jax.report_markdown import fraction_label
+from papa_jax.report.markdown import fraction_label
 
 _VARIANT_STYLE = {"raw": "-", "effective": "--"}
 _MARKERS = "osD^vP*Xh<>"

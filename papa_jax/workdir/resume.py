@@ -15,7 +15,7 @@ import zipfile
 
 import numpy as np
 
-from papa_jax import storage, workdir
+from papa_jax.workdir import storage, rules as workdir
 
 FORMAT = "papa-jax-partial/1"
 

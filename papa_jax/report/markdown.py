@@ -7,7 +7,7 @@ import os
 
 import numpy as np
 
-from papa_jax import report_heads
+from papa_jax.report import heads as report_heads
 from papa_jax.papa.schedule import PAPER_FRACTIONS
 from papa_jax.significance import N_MIN_PAIRS, format_p
 

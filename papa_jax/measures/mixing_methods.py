@@ -18,7 +18,7 @@ from typing import Callable
 
 import jax
 
-from papa_jax import mixing
+from papa_jax.measures import mixing
 from papa_jax.models.config import EncoderConfig
 
 ROLLOUT = "_rollout"  # `<method>_rollout`: the method's maps rolled out over the layers.

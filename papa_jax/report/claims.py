@@ -25,7 +25,8 @@ import math
 
 import numpy as np
 
-from papa_jax import rank_agreement, significance, uncertainty
+from papa_jax import significance, uncertainty
+from papa_jax.measures import rank_agreement
 
 PAPER_ALL_HEADS_DROP = 0.08  # Hassid et al. 2022: about 8% with every head constant.
 HALF_HEADS_MARGIN = 0.02  # "Almost no drop" with half the heads constant: below 2%.

@@ -19,10 +19,11 @@ from typing import Any
 import jax
 import numpy as np
 
-from papa_jax import parallel, workdir
+from papa_jax import parallel
+from papa_jax.workdir import rules as workdir
 from papa_jax.errors import PapaError
 from papa_jax.models.encoder import DTYPES
-from papa_jax.train import FrozenEncoder
+from papa_jax.probing.train import FrozenEncoder
 
 NP_DTYPES = {name: np.dtype(dt) for name, dt in DTYPES.items()}
 

@@ -1,8 +1,8 @@
 """The PAPA report over models and tasks, with honest uncertainty.
 
 `write_report(experiments, out_dir)` writes `report.md`, `report.json`,
-`report.csv` (rendered by `papa_jax/report_markdown.py`) and PNG figures
-(`papa_jax/report_figures.py`). Every score is
+`report.csv` (rendered by `papa_jax/report/markdown.py`) and PNG figures
+(`papa_jax/report/figures.py`). Every score is
 recomputed from the saved dev predictions with the task's own metric
 (`papa_jax.uncertainty`); conditions that have only logged scores get a mean
 ± std and no interval. Intervals: paired bootstrap over dev examples and
@@ -13,7 +13,7 @@ streams: 0 for the baseline, `condition_stream(variant, k)` otherwise;
 `uncertainty.paired_bootstrap(..., seed=task_seed(...), streams=(0,
 condition_stream(...)))` reproduces any interval of the report. Which cells
 enter the claims (informative ones), the Holm-adjusted reading and the rank
-correlation: `papa_jax/report_claims.py`.
+correlation: `papa_jax/report/claims.py`.
 """
 
 from __future__ import annotations
@@ -29,10 +29,13 @@ from typing import Sequence
 
 import numpy as np
 
-from papa_jax import (rank_agreement, report_claims, report_controls, report_figures,
-                      report_heads, storage, uncertainty, workdir)
+from papa_jax import uncertainty
+from papa_jax.measures import rank_agreement
+from papa_jax.report import (claims as report_claims, controls as report_controls,
+                             figures as report_figures, heads as report_heads)
+from papa_jax.workdir import storage, rules as workdir
 from papa_jax.data.tasks import Task
-from papa_jax.report_markdown import csv_rows, fraction_label, jsonable, markdown, number
+from papa_jax.report.markdown import csv_rows, fraction_label, jsonable, markdown, number
 from papa_jax.errors import ConfigError
 
 PAPER_CLAIMS = (

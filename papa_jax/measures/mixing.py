@@ -23,7 +23,7 @@ query rows or zeroed tokens.
   * `rollout`: Abnar & Zuidema (2020) over layers (`residual=0.5` for attention,
     None for contribution matrices that hold the residual already).
 The methods built from these, by name (what the API, the mixing stage and the explorer
-compute): `papa_jax/mixing_methods.py`.
+compute): `papa_jax/measures/mixing_methods.py`.
 """
 
 from __future__ import annotations

@@ -27,10 +27,12 @@ from typing import Any, Iterator, Mapping, Sequence
 import ml_collections
 from absl import logging
 
-from papa_jax import attention, config_schema, cpu_tuning, input_files, lease, storage
+from papa_jax import attention, cpu_tuning
+from papa_jax.config import schema as config_schema
+from papa_jax.workdir import input_files, lease, storage
 from papa_jax.errors import ConfigError, StorageError, WorkdirError
-from papa_jax.layout import RESULT_FILES, Layout
-from papa_jax.lease import WorkdirLocked  # noqa: F401 (the error `lock` raises)
+from papa_jax.workdir.layout import RESULT_FILES, Layout
+from papa_jax.workdir.lease import WorkdirLocked  # noqa: F401 (the error `lock` raises)
 
 
 def fingerprint(obj: Any) -> str:

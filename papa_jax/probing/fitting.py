@@ -17,13 +17,13 @@ import jax.numpy as jnp
 import numpy as np
 from absl import logging
 
-from papa_jax import checkpoint as ckpt_lib
+from papa_jax.workdir import checkpoint as ckpt_lib
 from papa_jax import parallel, preemption
 from papa_jax.data import pipeline
 from papa_jax.data.preprocess import IGNORE
 from papa_jax.progress import Progress
-from papa_jax.train import (FitConfig, FrozenEncoder, TrainState, init_state, make_eval_step,
-                            make_group_step, make_train_step, take)
+from papa_jax.probing.train import (FitConfig, FrozenEncoder, TrainState, init_state,
+                                    make_eval_step, make_group_step, make_train_step, take)
 from papa_jax.errors import TrainingDiverged
 
 

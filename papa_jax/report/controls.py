@@ -26,7 +26,7 @@ import numpy as np
 import scipy.stats
 
 from papa_jax import significance, uncertainty
-from papa_jax.report_markdown import fraction_label
+from papa_jax.report.markdown import fraction_label
 
 RANDOM = "random"
 CONTROL_VARIANTS = ("uniform", "row_mean", "compressed")  # papa/constants.py

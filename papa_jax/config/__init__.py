@@ -1,0 +1,1 @@
+"""The config: every field as data, the schema and its checks, docs/config.md."""

@@ -1,0 +1,1 @@
+"""Probes and their training: modules, steps, the loop, the feature cache, metrics."""
