@@ -59,7 +59,7 @@ def test_workdir_without_finished_work_is_not_bound(tmp_path):
 _HOLD = """
 import sys, time
 sys.path.insert(0, {root!r})
-from papa_jax import workdir
+from papa_jax.workdir import rules as workdir
 with workdir.lock({wd!r}):
   print("locked", flush=True)
   time.sleep(600)
