@@ -174,6 +174,22 @@ def test_registry_stage_outputs_equal_the_code_before_the_registry(finished):
                              atol=1 / 8 + 1e-9)  # 8 analysis examples.
 
 
+@pytest.mark.slow
+def test_registry_mixing_stage_equals_the_code_before_the_registries(finished):
+  """The mixing stage's per-head maps and per-layer means equal what the code before the
+  per-head record, the method registry and the folders (commit 43c7bc2) wrote for the same run
+  (`tests/testdata/stages_43c7bc2_mixing.json`; bitwise equal on the machine that made it)."""
+  want = json.load(open(os.path.join(os.path.dirname(__file__), "testdata",
+                                     "stages_43c7bc2_mixing.json")))
+  st = json.load(open(os.path.join(finished["mixing"], "mixing", "stats.json")))
+  assert st["summary"]["examples"] == want["examples"]
+  for key in ("norm_mass", "head_share", "attention_self"):
+    np.testing.assert_allclose(st[key], want[key], atol=2e-5, err_msg=key)
+  assert st["summary"]["layers"].keys() == want["layers"].keys()
+  for key, value in want["layers"].items():
+    np.testing.assert_allclose(st["summary"]["layers"][key], value, atol=2e-5, err_msg=key)
+
+
 PER_HEAD_STAGES = sorted(n for n, s in STAGES.items() if f"{n}/stats.json" in s.writes)
 
 
