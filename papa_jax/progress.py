@@ -54,8 +54,9 @@ class Progress:
     pct = 100.0 * self.done / self.total if self.total else 100.0
     tail = " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
                     for k, v in extra.items())
-    logging.info("%s: %d/%d (%.0f%%) %.1f %s/s elapsed %s ETA %s %s", self.desc, self.done,
-                 self.total, pct, rate, self.unit, _fmt(elapsed),
+    # Before a second update there is no rate yet (the first batch compiles): "?", not 0.
+    logging.info("%s: %d/%d (%.0f%%) %s %s/s elapsed %s ETA %s %s", self.desc, self.done,
+                 self.total, pct, f"{rate:.1f}" if rate > 0 else "?", self.unit, _fmt(elapsed),
                  _fmt(eta) if eta == eta else "?", tail)
 
   @property

@@ -47,3 +47,13 @@ def test_progress_logs_at_most_every_interval_and_the_end(clock):
   lines = _run(clock, first=0.5, each=0.5, every=1, interval=30.0)
   assert 3 <= len(lines) <= 5, lines
   assert lines[-1].startswith("pass: 200/200 (100%) 2.0 ex/s")
+
+
+def test_progress_first_line_has_no_rate_yet(clock):
+  """A loop logged at its first update (a probe's first 50 steps): "?" for the rate and the
+  ETA, not "0.0 steps/s"."""
+  now, lines = clock
+  p = progress.Progress("train", 3750, unit="steps", every=1, interval=30.0)
+  now[0] += 1.0
+  p.update(50)
+  assert lines == ["train: 50/3750 (1%) ? steps/s elapsed 0:01 ETA ? "]
