@@ -7,6 +7,9 @@ import time
 from absl import logging
 
 
+INTERVAL = 30.0  # Seconds between two progress lines of one loop (and the last).
+
+
 def _fmt(seconds: float) -> str:
   seconds = int(max(seconds, 0))
   h, rem = divmod(seconds, 3600)
@@ -20,7 +23,7 @@ class Progress:
   first update on: the first batch, which compiles, would skew them for most of the loop."""
 
   def __init__(self, desc: str, total: int, unit: str = "ex", every: int = 20, start: int = 0,
-               interval: float = 30.0):
+               interval: float = INTERVAL):
     self.desc, self.total, self.unit, self.every = desc, total, unit, max(every, 1)
     self.interval = interval
     self.done, self.updates = start, 0

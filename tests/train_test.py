@@ -45,3 +45,24 @@ def test_long_sequences_are_truncated_and_counted(minilm_tokenizer, sst2_dir, ca
     enc = data_lib.load_split(cfg, "validation", minilm_tokenizer, 2, max_examples=50)
   assert enc.input_ids.shape == (50, 8) and enc.truncated > 25
   assert f"{enc.truncated} of 50 examples lost word pieces to max_length=8" in caplog.text
+
+
+@pytest.mark.unit
+def test_fit_logs_an_epoch_line_at_most_every_interval_and_the_last(monkeypatch):
+  """Four fast epochs: the first and the last epoch reach the console, the rest go to DEBUG
+  (every epoch stays in the history)."""
+  n, L = 32, 4
+  rng = np.random.default_rng(0)
+  data = features.Features(rng.normal(size=(n, TINY.num_hidden_states, L, 8)).astype(np.float32),
+                           np.ones((n, L), np.int32), rng.integers(0, 2, n).astype(np.int32))
+  info, debug = [], []
+  monkeypatch.setattr(fitting.logging, "info", lambda fmt, *a: info.append(fmt % a))
+  monkeypatch.setattr(fitting.logging, "debug", lambda fmt, *a: debug.append(fmt % a))
+  _, history, _ = fitting.fit(
+      "quiet", probes.SentenceProbe(2, 8, 0.0), train.FrozenEncoder(None, None, TINY),
+      train.make_optimizer(optimizer_config()),
+      train.FitConfig(epochs=4, batch_size=8, eval_batch_size=8, seed=3, log_every_steps=3),
+      data, data, lambda x: {}, parallel.make_mesh(1))
+  epochs = lambda lines: [l.split("epoch ")[1].split(" ")[0] for l in lines if ": epoch " in l]
+  assert epochs(info) == ["1/4", "4/4"] and epochs(debug) == ["2/4", "3/4"]
+  assert [h["epoch"] for h in history] == [1, 2, 3, 4]

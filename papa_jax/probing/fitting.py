@@ -21,7 +21,7 @@ from papa_jax.workdir import checkpoint as ckpt_lib
 from papa_jax import parallel, preemption
 from papa_jax.data import pipeline
 from papa_jax.data.preprocess import IGNORE
-from papa_jax.progress import Progress
+from papa_jax.progress import INTERVAL, Progress
 from papa_jax.probing.train import (FitConfig, FrozenEncoder, TrainState, init_state,
                                     make_eval_step, make_group_step, make_train_step, take)
 from papa_jax.errors import TrainingDiverged
@@ -255,6 +255,7 @@ def _fit_group(name: str, probe: nn.Module, encoder: FrozenEncoder, tx, cfgs: li
   checkpointed = any(c is not None for c in ckpts)
   names = [name if group == 1 else f"{name} seed={c.seed}" for c in cfgs]
   logits = None
+  logged = -float("inf")  # When an epoch line was last logged at INFO.
   for epoch in range(epoch, cfg.epochs):
     t0, pending = time.perf_counter(), []
     host = [list(x) for x in epoch_losses]
@@ -282,12 +283,18 @@ def _fit_group(name: str, probe: nn.Module, encoder: FrozenEncoder, tx, cfgs: li
     prog.done = (epoch + 1) * steps_per_epoch
     logits = predict_all(state)
     seconds = time.perf_counter() - t0
+    # Every epoch is in the history (results.json); the console gets the last one and at most
+    # one every INTERVAL before it (the others at DEBUG).
+    now = time.perf_counter()
+    log = logging.info if epoch + 1 == cfg.epochs or now - logged >= INTERVAL else (
+        logging.debug)
+    logged = now if log is logging.info else logged
     for p in range(group):
       record = dict(epoch=epoch + 1, train_loss=float(np.mean(host[p])), seconds=seconds,
                     **score_fn(logits[p]))
       histories[p].append(record)
-      logging.info("%s: epoch %d/%d %s", names[p], epoch + 1, cfg.epochs,
-                   " ".join(f"{k}={v:.4f}" for k, v in record.items() if isinstance(v, float)))
+      log("%s: epoch %d/%d %s", names[p], epoch + 1, cfg.epochs,
+          " ".join(f"{k}={v:.4f}" for k, v in record.items() if isinstance(v, float)))
     if checkpointed:
       save(epoch + 1, 0, epoch_losses)
   if logits is None:  # Every epoch was done before: score the restored state.
