@@ -49,7 +49,9 @@ def main(argv):
   logging.info("CPU %s (%s); XLA_FLAGS=%r%s.", cpu_tuning.name(cpu), cpu["kind"],
                os.environ.get("XLA_FLAGS", ""),
                f", measured for this CPU kind: {_CPU_FLAGS}" if _CPU_FLAGS else "")
-  logging.info("Config:\n%s", config)
+  changed = config_schema.changed_fields(config)
+  logging.info("Config: %s (every other field at its default: docs/config.md).",
+               ", ".join(f"{k}={v!r}" for k, v in changed.items()) or "the defaults")
   try:
     commands.main(config, _WORKDIR.value)
   except preemption.Preempted as e:

@@ -85,3 +85,14 @@ def test_config_name_lists_take_the_comma_form_on_the_command_line():
   assert config_schema.quote_name_lists(argv) == [
       "--config.papa.orderings=('lambda','random',)", "--config.papa.variants=('raw',)",
       "--config.papa.seeds=(1,2)", "--config.ablation.kinds=('uniform',)"]
+
+
+def test_changed_fields_are_what_differs_from_the_defaults():
+  """The launcher logs these, not the whole config (128 lines for the quickstart)."""
+  from configs import quickstart  # pylint: disable=import-outside-toplevel
+  assert config_schema.changed_fields(config_schema.get_config()) == {}
+  c = quickstart.get_config()
+  c.probe.epochs = 3
+  changed = config_schema.changed_fields(c)
+  assert changed["probe.epochs"] == 3 and changed["sort.epochs"] == 2
+  assert "probe.learning_rate" not in changed and len(changed) == 10

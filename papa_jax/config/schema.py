@@ -62,6 +62,14 @@ def _flat(d: dict, prefix: str = "") -> dict[str, Any]:
   return out
 
 
+def changed_fields(config: ml_collections.ConfigDict) -> dict[str, Any]:
+  """The fields of `config` whose values differ from the schema's defaults (and those the
+  schema does not have, such as a suite's), flattened: 'probe.epochs' -> 15."""
+  default = _flat(json.loads(get_config().to_json_best_effort()))
+  return {k: v for k, v in _flat(json.loads(config.to_json_best_effort())).items()
+          if k not in default or default[k] != v}
+
+
 def result_config(config: ml_collections.ConfigDict | dict,
                   groups: tuple[str, ...] = RESULT_GROUPS) -> dict[str, Any]:
   """The flattened fields that decide results (of `groups`), nothing else."""
