@@ -8,10 +8,10 @@ installed. Screenshots go to $PAPA_ARTIFACTS (default: the test's tmp_path).
 
 import base64
 import dataclasses
+import importlib.util
 import json
 import os
 import re
-import shutil
 import time
 import xml.etree.ElementTree as ET
 
@@ -30,7 +30,7 @@ from papa_jax import data as data_lib
 from papa_jax.measures import effective
 from papa_jax.errors import ConfigError
 from papa_jax.analysis import mixing_stats
-from papa_jax.explorer import ExplorerConfig, collect, pack, payload, write_explorer
+from papa_jax.explorer import ExplorerConfig, chromium, collect, pack, payload, write_explorer
 from papa_jax.workdir.layout import Layout
 from papa_jax.models.config import EncoderConfig
 from papa_jax.models.encoder import init_params
@@ -38,11 +38,7 @@ from papa_jax.papa import means as means_lib
 from papa_jax.papa import schedule
 from tests.testing import tiny_config
 
-# Headless Chromium on a machine without network: these flags stop it from
-# calling home (Playwright adds --headless and a fresh --user-data-dir).
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync"]
+CHROMIUM_ARGS = list(chromium.CHROMIUM_ARGS)
 
 
 # ---- packing (no browser) ----
@@ -163,11 +159,7 @@ def test_mixing_flag_off_runs_no_mixing(tmp_path, minilm, monkeypatch):
 
 # ---- browser ----
 
-def find_chromium() -> str | None:
-  for name in (os.environ.get("PAPA_CHROMIUM"), "chromium", "chromium-browser", "google-chrome"):
-    if name and shutil.which(name):
-      return shutil.which(name)
-  return None
+find_chromium = chromium.find_chromium
 
 
 @pytest.fixture(scope="module")
@@ -772,3 +764,27 @@ def test_page_shows_every_head_ordering_side_by_side(browser, tiny, tmp_path):
         ".map(c => [c.dataset.layer, c.dataset.head])")}
     assert framed == {tuple(x) for x in order[:12]}, name
   assert not p.errors, p.errors
+
+
+@pytest.mark.slow
+def test_docs_figures_script_redraws_them_naming_the_commit(tiny, tmp_path):
+  """docs/make_figures.py redraws the quickstart's figures from a workdir: the explorer shot
+  full-page at 1400 px and the PAPA curve, each with the commit in a footer and its metadata."""
+  from PIL import Image  # pylint: disable=import-outside-toplevel
+  spec = importlib.util.spec_from_file_location(
+      "make_figures", os.path.join(os.path.dirname(os.path.dirname(__file__)), "docs",
+                                   "make_figures.py"))
+  make_figures = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(make_figures)
+  if find_chromium() is None:
+    pytest.skip("No Chromium found (apt-get install chromium, or set PAPA_CHROMIUM).")
+  written = make_figures.main(["--quickstart", tiny["wd"], "--out", str(tmp_path)])
+  assert sorted(os.path.basename(p) for p in written) == ["explorer.png",
+                                                          "quickstart_papa_curve.png"]
+  rev = make_figures.commit()
+  for path in written:
+    with Image.open(path) as im:
+      source = im.info["Source"]
+      assert source.startswith(f"papa-jax {rev} · all-MiniLM-L6-v2 · sst2"), source
+      if path.endswith("explorer.png"):
+        assert im.size[0] == 1400 and im.size[1] > 2000, im.size

@@ -1,0 +1,99 @@
+"""Regenerates figures of docs/figures/ from recorded workdirs, each naming its commit.
+
+  python docs/make_figures.py --quickstart WORKDIR [--out docs/figures]
+
+From a finished quickstart workdir (`configs/quickstart.py`) it writes `explorer.png` (the
+explorer page of the workdir, built now and shot full-page in headless Chromium) and
+`quickstart_papa_curve.png` (the workdir's own PAPA curve). Every figure gets a footer line
+naming the papa-jax commit that drew it and the workdir's model, task and size, and the same
+text as the PNG's "Source" metadata. The suite's figures (`minilm_*`, `suite_curves.png`) come
+from their suite workdirs' reports (docs/results.md says which).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from papa_jax import convert  # pylint: disable=wrong-import-position
+from papa_jax.explorer import chromium, write_explorer  # pylint: disable=wrong-import-position
+from papa_jax.plotting import pyplot  # pylint: disable=wrong-import-position
+
+
+def commit() -> str:
+  """The short git revision of this checkout, "-dirty" when it has changes."""
+  run = lambda *a: subprocess.run(["git", *a], cwd=ROOT, capture_output=True, text=True,
+                                  check=False).stdout.strip()
+  rev = run("rev-parse", "--short", "HEAD") or "unknown"
+  return rev + ("-dirty" if run("status", "--porcelain", "--untracked-files=no") else "")
+
+
+def source(workdir: str) -> str:
+  """The footer: commit, model, task and train/dev sizes of `workdir`."""
+  cfg = json.load(open(os.path.join(workdir, "config.json"), encoding="utf-8"))
+  d = cfg["data"]
+  return (f"papa-jax {commit()} · {convert.short_name(cfg['model']['name'])} · {d['task']} · "
+          f"{d['max_train_examples']} train / {d['max_eval_examples']} dev examples (-1: all), "
+          f"L = {d['max_length']}")
+
+
+def stamp(src: str, dst: str, text: str) -> str:
+  """`src` (a PNG) with a footer line `text`, saved as `dst` with `text` as its Source."""
+  plt = pyplot()
+  img = plt.imread(src)
+  h, w = img.shape[:2]
+  dpi, foot = 100, 24
+  fig = plt.figure(figsize=(w / dpi, (h + foot) / dpi), dpi=dpi)
+  ax = fig.add_axes((0, foot / (h + foot), 1, h / (h + foot)))
+  ax.imshow(img)
+  ax.axis("off")
+  fig.text(0.005, 0.5 * foot / (h + foot), text, fontsize=9, va="center", color="#555")
+  fig.savefig(dst, dpi=dpi, metadata={"Source": text})
+  plt.close(fig)
+  return dst
+
+
+def explorer_png(workdir: str, dst: str, text: str, browser: str | None = None) -> str:
+  """The explorer page of `workdir`, shot full-page at 1400 px in headless Chromium."""
+  from playwright.sync_api import sync_playwright  # pylint: disable=import-outside-toplevel
+  exe = browser or chromium.find_chromium()
+  if exe is None:
+    raise SystemExit("No Chromium: apt-get install chromium, or set PAPA_CHROMIUM.")
+  with tempfile.TemporaryDirectory() as tmp:
+    page_path = write_explorer(workdir, path=os.path.join(tmp, "explorer.html"))
+    shot = os.path.join(tmp, "shot.png")
+    with sync_playwright() as p:
+      b = p.chromium.launch(executable_path=exe, args=list(chromium.CHROMIUM_ARGS))
+      page = b.new_page(viewport={"width": 1400, "height": 1000})
+      page.goto("file://" + page_path)
+      page.wait_for_function("document.body.dataset.ready === '1'", timeout=120_000)
+      page.screenshot(path=shot, full_page=True)
+      b.close()
+    return stamp(shot, dst, text)
+
+
+def main(argv: list[str] | None = None) -> list[str]:
+  p = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
+  p.add_argument("--quickstart", required=True, help="a finished quickstart workdir")
+  p.add_argument("--out", default=os.path.join(ROOT, "docs", "figures"))
+  p.add_argument("--chromium", help="Chromium's path (default: $PAPA_CHROMIUM, the PATH)")
+  a = p.parse_args(argv)
+  text = source(a.quickstart)
+  os.makedirs(a.out, exist_ok=True)
+  written = [stamp(os.path.join(a.quickstart, "papa_curve.png"),
+                   os.path.join(a.out, "quickstart_papa_curve.png"), text),
+             explorer_png(a.quickstart, os.path.join(a.out, "explorer.png"), text, a.chromium)]
+  for path in written:
+    print(path)
+  return written
+
+
+if __name__ == "__main__":
+  main()
