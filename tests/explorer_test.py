@@ -785,6 +785,6 @@ def test_docs_figures_script_redraws_them_naming_the_commit(tiny, tmp_path):
   for path in written:
     with Image.open(path) as im:
       source = im.info["Source"]
-      assert source.startswith(f"papa-jax {rev} · all-MiniLM-L6-v2 · sst2"), source
+      assert source.startswith(f"papa-jax {rev} · minilm · sst2 · 48 train / 32 dev"), source
       if path.endswith("explorer.png"):
         assert im.size[0] == 1400 and im.size[1] > 2000, im.size
