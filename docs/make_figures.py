@@ -60,26 +60,37 @@ def stamp(src: str, dst: str, text: str) -> str:
   return dst
 
 
-def explorer_png(workdir: str, dst: str, text: str, browser: str | None = None) -> str:
-  """The explorer page of `workdir`, shot full-page at 1400 px in headless Chromium."""
-  from playwright.sync_api import sync_playwright  # pylint: disable=import-outside-toplevel
-  exe = browser or chromium.find_chromium()
-  if exe is None:
-    raise SystemExit("No Chromium: apt-get install chromium, or set PAPA_CHROMIUM.")
+def explorer_png(workdir: str, dst: str, text: str, exe: str | None = None,
+                 browser=None) -> str:
+  """The explorer page of `workdir`, shot full-page at 1400 px in headless Chromium (`browser`,
+  a Playwright browser already running, else one started here from `exe` or the PATH)."""
   with tempfile.TemporaryDirectory() as tmp:
     page_path = write_explorer(workdir, path=os.path.join(tmp, "explorer.html"))
     shot = os.path.join(tmp, "shot.png")
-    with sync_playwright() as p:
-      b = p.chromium.launch(executable_path=exe, args=list(chromium.CHROMIUM_ARGS))
-      page = b.new_page(viewport={"width": 1400, "height": 1000})
-      page.goto("file://" + page_path)
-      page.wait_for_function("document.body.dataset.ready === '1'", timeout=120_000)
-      page.screenshot(path=shot, full_page=True)
-      b.close()
+    if browser is not None:
+      _shoot(browser, page_path, shot)
+    else:
+      from playwright.sync_api import sync_playwright  # pylint: disable=import-outside-toplevel
+      exe = exe or chromium.find_chromium()
+      if exe is None:
+        raise SystemExit("No Chromium: apt-get install chromium, or set PAPA_CHROMIUM.")
+      with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=exe, args=list(chromium.CHROMIUM_ARGS))
+        _shoot(b, page_path, shot)
+        b.close()
     return stamp(shot, dst, text)
 
 
-def main(argv: list[str] | None = None) -> list[str]:
+def _shoot(browser, page_path: str, shot: str) -> None:
+  page = browser.new_page(viewport={"width": 1400, "height": 1000})
+  page.goto("file://" + page_path)
+  page.wait_for_function("document.body.dataset.ready === '1'", timeout=120_000)
+  page.screenshot(path=shot, full_page=True)
+  page.close()
+
+
+def main(argv: list[str] | None = None, browser=None) -> list[str]:
+  """Writes the figures (see the module docstring); `browser`: a running Playwright browser."""
   p = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
   p.add_argument("--quickstart", required=True, help="a finished quickstart workdir")
   p.add_argument("--out", default=os.path.join(ROOT, "docs", "figures"))
@@ -89,7 +100,8 @@ def main(argv: list[str] | None = None) -> list[str]:
   os.makedirs(a.out, exist_ok=True)
   written = [stamp(os.path.join(a.quickstart, "papa_curve.png"),
                    os.path.join(a.out, "quickstart_papa_curve.png"), text),
-             explorer_png(a.quickstart, os.path.join(a.out, "explorer.png"), text, a.chromium)]
+             explorer_png(a.quickstart, os.path.join(a.out, "explorer.png"), text, a.chromium,
+                          browser)]
   for path in written:
     print(path)
   return written

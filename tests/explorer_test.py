@@ -767,7 +767,7 @@ def test_page_shows_every_head_ordering_side_by_side(browser, tiny, tmp_path):
 
 
 @pytest.mark.slow
-def test_docs_figures_script_redraws_them_naming_the_commit(tiny, tmp_path):
+def test_docs_figures_script_redraws_them_naming_the_commit(browser, tiny, tmp_path):
   """docs/make_figures.py redraws the quickstart's figures from a workdir: the explorer shot
   full-page at 1400 px and the PAPA curve, each with the commit in a footer and its metadata."""
   from PIL import Image  # pylint: disable=import-outside-toplevel
@@ -776,9 +776,7 @@ def test_docs_figures_script_redraws_them_naming_the_commit(tiny, tmp_path):
                                    "make_figures.py"))
   make_figures = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(make_figures)
-  if find_chromium() is None:
-    pytest.skip("No Chromium found (apt-get install chromium, or set PAPA_CHROMIUM).")
-  written = make_figures.main(["--quickstart", tiny["wd"], "--out", str(tmp_path)])
+  written = make_figures.main(["--quickstart", tiny["wd"], "--out", str(tmp_path)], browser)
   assert sorted(os.path.basename(p) for p in written) == ["explorer.png",
                                                           "quickstart_papa_curve.png"]
   rev = make_figures.commit()

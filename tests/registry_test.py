@@ -236,3 +236,4 @@ def test_registry_the_docs_recipe_reaches_the_explorer_agreement_and_report(fini
   text = open(paths["md"], encoding="utf-8").read()
   assert "`entropy/entropy`: attention entropy per row [nats]" in text
   assert "| `entropy/entropy` | `sort/lambda` (higher = more important) |" in text
+  assert os.path.isfile(paths["agreement/minilm/sst2"]), sorted(paths)

@@ -103,20 +103,6 @@ def head_maps(panels: list[tuple[str, np.ndarray]], path: str, title: str, *, nc
   _save(fig, path, title)
 
 
-def rho_grid(rho: np.ndarray, rows: list[str], cols: list[str], path: str, title: str) -> None:
-  """A measures x head-scores grid of correlations in [-1, 1], each cell annotated."""
-  plt = pyplot()
-  fig, ax = plt.subplots(figsize=(1.2 + 1.1 * len(cols), 1.4 + 0.5 * len(rows)), dpi=120)
-  im = ax.imshow(rho, cmap="RdBu_r", vmin=-1, vmax=1, aspect="auto")
-  ax.set_xticks(range(len(cols)), cols, rotation=30, ha="right", fontsize=7)
-  ax.set_yticks(range(len(rows)), rows, fontsize=7)
-  for (i, j), v in np.ndenumerate(rho):
-    ax.text(j, i, "n/a" if not np.isfinite(v) else f"{v:.2f}", ha="center", va="center",
-            fontsize=7)
-  fig.colorbar(im, ax=ax, fraction=0.046)
-  _save(fig, path, title)
-
-
 _MARKERS = ("o", "s", "^", "D", "v", "x")
 _DASHES = ("-", "--", ":", "-.")
 

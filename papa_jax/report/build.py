@@ -358,7 +358,8 @@ def write_report(experiments: Sequence[Experiment], out_dir: str, *,
   """Writes report.md/.json/.csv and the figures under `out_dir`; returns their paths.
 
   Keys: "md", "json", "csv", "curves", "scatter", and "means/<model>/<task>",
-  "gates/<model>/<task>" for experiments that have constant matrices / gates.
+  "gates/<model>/<task>", "agreement/<model>/<task>" for experiments that have constant
+  matrices / gates / per-head maps to compare with an importance score.
   """
   storage.makedirs(out_dir)
   report = analyse(experiments, n_boot=n_boot, seed=seed, level=level)
@@ -382,6 +383,13 @@ def write_report(experiments: Sequence[Experiment], out_dir: str, *,
       figures[f"gates/{e.model}/{e.task.name}"] = p = os.path.join(out_dir, f"gates_{slug}.png")
       report_figures.gate_map(e.gates, e.ranking, ks, e.total_heads, p,
                               f"{e.model} / {e.task.name}")
+  for e, section in zip(experiments, report["per_head"]):
+    if section["agreement"]:
+      figures[f"agreement/{e.model}/{e.task.name}"] = p = os.path.join(
+          out_dir, f"agreement_{_slug(e.model, e.task.name)}.png")
+      report_figures.agreement_grid(section["agreement"], p,
+                                    f"{e.model} / {e.task.name}: per-head maps vs importance "
+                                    "scores")
   with workdir.atomic_write(paths["json"]) as f:
     json.dump(jsonable(report), f, indent=1)
   with workdir.atomic_write(paths["csv"], newline="") as f:

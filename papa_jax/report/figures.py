@@ -243,3 +243,25 @@ def control_curves(controls: dict, path: str) -> None:
   fig.suptitle(f"{controls['model']} / {controls['task']}: PAPA's controls", fontsize=10)
   fig.tight_layout()
   save_figure(fig, path, tight=False)
+
+
+def agreement_grid(rows: Sequence[dict], path: str, title: str) -> None:
+  """The per-head agreement table (`head_maps.agreement` rows) as a maps x importance-scores
+  grid of Spearman rho in [-1, 1], each cell annotated ("n/a": undefined or not compared)."""
+  measures = list(dict.fromkeys(r["measure"] for r in rows))
+  scores = list(dict.fromkeys(r["score"] for r in rows))
+  rho = np.full((len(measures), len(scores)), np.nan)
+  for r in rows:
+    if r["rho"] is not None:
+      rho[measures.index(r["measure"]), scores.index(r["score"])] = r["rho"]
+  plt = pyplot()
+  fig, ax = plt.subplots(figsize=(1.6 + 1.1 * len(scores), 1.4 + 0.32 * len(measures)), dpi=120)
+  im = ax.imshow(rho, cmap="RdBu_r", vmin=-1, vmax=1, aspect="auto")
+  ax.set_xticks(range(len(scores)), scores, rotation=30, ha="right", fontsize=7)
+  ax.set_yticks(range(len(measures)), measures, fontsize=7)
+  for (i, j), v in np.ndenumerate(rho):
+    ax.text(j, i, "n/a" if not np.isfinite(v) else f"{v:.2f}", ha="center", va="center",
+            fontsize=7)
+  fig.colorbar(im, ax=ax, fraction=0.046, label="Spearman rho over heads")
+  ax.set_title(title, fontsize=8)
+  save_figure(fig, path)
