@@ -14,6 +14,9 @@ pytestmark = pytest.mark.unit
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGE = "papa_jax"
 
+# The layers above the library's folders: stages, commands and what runs them.
+ABOVE = ("papa_jax.stage", "papa_jax.registry", "papa_jax.run", "papa_jax.commands",
+         "papa_jax.suite", "papa_jax.analysis", "papa_jax.papa", "papa_jax.explorer")
 # What each low layer must never import (module prefixes): the core does not know
 # about stages, analyses, commands or readers above it.
 FORBIDDEN = {
@@ -33,78 +36,24 @@ FORBIDDEN = {
                        "papa_jax.analysis", "papa_jax.papa", "papa_jax.suite"),
     "papa_jax.run": ("papa_jax.commands", "papa_jax.suite", "papa_jax.report",
                      "papa_jax.explorer"),
-    # Each folder of the package (one rule per folder).
-    "papa_jax.workdir": (
-        "papa_jax.stage",
-        "papa_jax.registry",
-        "papa_jax.run",
-        "papa_jax.commands",
-        "papa_jax.suite",
-        "papa_jax.analysis",
-        "papa_jax.papa",
-        "papa_jax.explorer",
-        "papa_jax.report",
-        "papa_jax.probing",
-        "papa_jax.data",
-        "papa_jax.models",
-        "papa_jax.convert",
-        "papa_jax.measures",
+    # Each folder of the package (one rule per folder): nothing of the layers above them
+    # (ABOVE; the report reads PAPA's paper fractions from papa.schedule), and what else
+    # each must not know.
+    "papa_jax.workdir": ABOVE + (
+        "papa_jax.report", "papa_jax.probing", "papa_jax.data", "papa_jax.models",
+        "papa_jax.convert", "papa_jax.measures",
     ),
-    "papa_jax.report": (
-        "papa_jax.stage",
-        "papa_jax.registry",
-        "papa_jax.run",
-        "papa_jax.commands",
-        "papa_jax.suite",
-        "papa_jax.analysis",
-        "papa_jax.explorer",
-        "papa_jax.probing",
-        "papa_jax.convert",
-        "papa_jax.models",
+    "papa_jax.report": tuple(b for b in ABOVE if b != "papa_jax.papa") + (
+        "papa_jax.probing", "papa_jax.convert", "papa_jax.models",
     ),
-    "papa_jax.probing": (
-        "papa_jax.stage",
-        "papa_jax.registry",
-        "papa_jax.run",
-        "papa_jax.commands",
-        "papa_jax.suite",
-        "papa_jax.analysis",
-        "papa_jax.papa",
-        "papa_jax.explorer",
-        "papa_jax.report",
-        "papa_jax.convert",
+    "papa_jax.probing": ABOVE + ("papa_jax.report", "papa_jax.convert"),
+    "papa_jax.measures": ABOVE + (
+        "papa_jax.report", "papa_jax.probing", "papa_jax.data", "papa_jax.workdir",
+        "papa_jax.convert", "papa_jax.config",
     ),
-    "papa_jax.measures": (
-        "papa_jax.stage",
-        "papa_jax.registry",
-        "papa_jax.run",
-        "papa_jax.commands",
-        "papa_jax.suite",
-        "papa_jax.analysis",
-        "papa_jax.papa",
-        "papa_jax.explorer",
-        "papa_jax.report",
-        "papa_jax.probing",
-        "papa_jax.data",
-        "papa_jax.workdir",
-        "papa_jax.convert",
-        "papa_jax.config",
-    ),
-    "papa_jax.config": (
-        "papa_jax.stage",
-        "papa_jax.registry",
-        "papa_jax.run",
-        "papa_jax.commands",
-        "papa_jax.suite",
-        "papa_jax.analysis",
-        "papa_jax.papa",
-        "papa_jax.explorer",
-        "papa_jax.workdir",
-        "papa_jax.data",
-        "papa_jax.models",
-        "papa_jax.report",
-        "papa_jax.probing",
-        "papa_jax.measures",
+    "papa_jax.config": ABOVE + (
+        "papa_jax.workdir", "papa_jax.data", "papa_jax.models", "papa_jax.report",
+        "papa_jax.probing", "papa_jax.measures",
     ),
 }
 
