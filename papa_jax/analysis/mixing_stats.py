@@ -42,7 +42,6 @@ from papa_jax.stage import Setup
 # `mixing.methods` and the mixing ratios, from the registry (papa_jax/measures/mixing_methods.py);
 # attention's rollout always.
 METHODS, RATIOS = mixing_methods.STAGE_METHODS, mixing_methods.RATIOS
-PER_HEAD = ("norm_mass", "head_share", "attention_self")  # Compared with the head scores.
 
 
 @dataclasses.dataclass(frozen=True)
@@ -150,4 +149,5 @@ class Mixing(per_head.PerHeadAnalysis):
                         per_head.label(setup, "context mixing per layer", int(st["count"])))
 
 
+PER_HEAD = tuple(Mixing.infos)  # The per-head maps (the rest are per layer).
 STAGE = per_head.stage(Mixing)

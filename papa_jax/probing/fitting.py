@@ -286,9 +286,9 @@ def _fit_group(name: str, probe: nn.Module, encoder: FrozenEncoder, tx, cfgs: li
     # Every epoch is in the history (results.json); the console gets the last one and at most
     # one every INTERVAL before it (the others at DEBUG).
     now = time.perf_counter()
-    log = logging.info if epoch + 1 == cfg.epochs or now - logged >= INTERVAL else (
-        logging.debug)
-    logged = now if log is logging.info else logged
+    shown = epoch + 1 == cfg.epochs or now - logged >= INTERVAL
+    logged = now if shown else logged
+    log = logging.info if shown else logging.debug
     for p in range(group):
       record = dict(epoch=epoch + 1, train_loss=float(np.mean(host[p])), seconds=seconds,
                     **score_fn(logits[p]))
