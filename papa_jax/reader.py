@@ -82,13 +82,19 @@ class FinishedWorkdir:
       return {k: z[k] for k in z.files}
 
 
-def read_workdir(path: str, *, with_means: bool = True) -> FinishedWorkdir:
-  """Reads a finished workdir (`config.json` at least); see `FinishedWorkdir`."""
+def read_config(path: str) -> dict:
+  """A finished workdir's config (`config.json`, older field names migrated)."""
   layout = Layout(path)
   if not storage.exists(layout.config):
     raise IncompleteWorkdir(f"{layout.config} does not exist: {path} is not a finished "
                             "workdir.")
-  out = FinishedWorkdir(layout, config_schema.migrate(workdir.read_json(layout.config)))
+  return config_schema.migrate(workdir.read_json(layout.config))
+
+
+def read_workdir(path: str, *, with_means: bool = True) -> FinishedWorkdir:
+  """Reads a finished workdir (`config.json` at least); see `FinishedWorkdir`."""
+  layout = Layout(path)
+  out = FinishedWorkdir(layout, read_config(path))
   if storage.exists(layout.results()):
     out.results = workdir.read_json(layout.results())
   if with_means:

@@ -77,7 +77,7 @@ class ExplorerConfig:
 def run(config, workdir: str) -> str:
   """The launcher's entry point: `write_explorer` with `config.explore`."""
   c = ExplorerConfig.from_config(config.get("explore"))
-  used = reader.read_workdir(workdir).config.get("model", {}).get("name", "")
+  used = reader.read_config(workdir).get("model", {}).get("name", "")  # The rest: payload.
   logging.info("explorer: %s", model_note(config.get("model", {}).get("name", ""), used))
   return write_explorer(workdir, examples=c.examples, max_examples=c.max_examples,
                         path=output_path(workdir, c.output), mixing=c.mixing,
