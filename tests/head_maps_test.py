@@ -9,6 +9,7 @@ import scipy.stats
 from papa_jax import head_maps, reader
 from papa_jax.measures import rank_agreement
 from papa_jax.report import heads as report_heads
+from papa_jax.report import markdown as report_markdown
 from papa_jax.workdir import rules as workdir
 from papa_jax.workdir.layout import Layout
 
@@ -117,8 +118,8 @@ def test_head_maps_report_section_lists_every_map_and_the_agreement():
   maps = _maps() + [head_maps.HeadMap("sort", "lambda", RNG.random((3, 4)),
                                       "PAPA gate", higher=head_maps.MORE)]
   section = report_heads.analyse("MiniLM", "sst2", maps)
-  text = "\n".join(report_heads.markdown([section]))
+  text = "\n".join(report_markdown.per_head_lines([section]))
   for m in maps:
     assert f"`{m.key}`: {m.title}" in text
   assert "| `stage_a/js/all` | `sort/lambda` (higher = more important) |" in text
-  assert report_heads.markdown([report_heads.analyse("m", "t", [])]) == []
+  assert report_markdown.per_head_lines([report_heads.analyse("m", "t", [])]) == []

@@ -12,6 +12,7 @@ from papa_jax import convert, reader, registry, run
 from papa_jax.config import schema as config_schema
 from papa_jax.measures import rank_agreement
 from papa_jax.report import heads as report_heads
+from papa_jax.report import markdown as report_markdown
 from papa_jax import suite
 from papa_jax.workdir import rules as workdir
 from papa_jax.explorer import collect
@@ -202,7 +203,7 @@ def test_registry_every_per_head_stage_reaches_the_explorer_and_the_report(name,
   view = collect.heads_view(wd)
   mine = [m for m in view["maps"] if m["stage"] == name]
   assert mine and all(np.shape(m["values"]) == (6, 12) for m in mine), name
-  text = "\n".join(report_heads.markdown([report_heads.analyse("m", "t", wd.head_maps)]))
+  text = "\n".join(report_markdown.per_head_lines([report_heads.analyse("m", "t", wd.head_maps)]))
   assert all(f"`{m.key}`" in text for m in wd.head_maps if m.stage == name)
 
 

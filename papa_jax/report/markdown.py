@@ -5,9 +5,10 @@ from __future__ import annotations
 import math
 import os
 
+from typing import Sequence
+
 import numpy as np
 
-from papa_jax.report import heads as report_heads
 from papa_jax.papa.schedule import PAPER_FRACTIONS
 from papa_jax.significance import N_MIN_PAIRS, format_p
 
@@ -230,7 +231,7 @@ def markdown(report: dict, figures: dict[str, str] | None = None) -> str:
     verdict = c["note"] if c["verdict"] == "not tested" else c["verdict"]
     lines.append(f"| {v} | {c['n']} | {rho} | {verdict} | {'; '.join(c['left_out']) or '–'} |")
   lines += _controls(report.get("controls", []), lv, nb)
-  lines += report_heads.markdown(report.get("per_head", []))
+  lines += per_head_lines(report.get("per_head", []))
   lines += ["", "## What these numbers do not show", ""] + [f"- {c}" for c in report["caveats"]]
   if report["warnings"]:
     lines += ["", "## Warnings", ""] + [f"- {w}" for w in report["warnings"]]
@@ -332,3 +333,41 @@ def readme_block(report: dict, provenance: list[str], limits: list[str], figure:
   lines += ["", "**What these numbers cannot show.**", ""] + [f"- {x}" for x in limits] + [
       f"- {c}" for c in report["caveats"]]
   return "\n".join(lines) + "\n"
+
+
+def _p(v) -> str:
+  return "–" if v is None else f"{v:.3g}"
+
+
+def per_head_lines(sections: Sequence[dict]) -> list[str]:
+  """The per-head section's lines for `heads.analyse`'s sections (none when no experiment
+  has a map)."""
+  sections = [s for s in sections if s["maps"]]
+  if not sections:
+    return []
+  lines = ["", "## Per-head results", "",
+           "Every per-head result in the experiments' workdirs: each stage's maps, PAPA's gates "
+           "(sort) and the scored head orderings. *higher*: what a higher value says of a head "
+           "(blank: a description, not an importance score). The agreement table gives "
+           "Spearman's rho over heads of each map with each importance score, a permutation "
+           "p-value shuffling heads within layers (depth alone drives most head scores) and "
+           "Holm's adjustment over the experiment's table; rho is descriptive of these heads "
+           "and examples, not of the model family."]
+  for s in sections:
+    lines += ["", f"### {s['model']} / {s['task']}", "",
+              "| map | examples | higher | mean | min | max |", "|---|---|---|---|---|---|"]
+    for r in s["maps"]:
+      n = "–" if r["examples"] is None else f"{r['examples']} {r['split']}".strip()
+      cols = f" (per {', '.join(r['columns'])})" if r["columns"] else ""
+      unit = f" [{r['unit']}]" if r["unit"] else ""
+      lines.append(f"| `{r['key']}`: {r['title']}{cols}{unit} | {n} | {r['higher'] or ''} | "
+                   f"{number(r['mean'])} | {number(r['min'])} | {number(r['max'])} |")
+    if s["agreement"]:
+      lines += ["", "| map | importance score | Spearman rho | p (within layers) | p (Holm) "
+                "| heads |", "|---|---|---|---|---|---|"]
+      for r in s["agreement"]:
+        higher = r["score_higher"] or "no direction"
+        lines.append(f"| `{r['measure']}` | `{r['score']}` (higher = {higher}) | "
+                     f"{number(r['rho'])} | {_p(r['p_within_layers'])} | {_p(r['p_holm'])} | "
+                     f"{r['heads']} |")
+  return lines
