@@ -53,6 +53,7 @@ class HeadMap:
   unit: str = ""
   examples: int | None = None
   split: str = ""
+  note: str = ""  # A caveat every reader shows with it (e.g. from a run that learned nothing).
 
   def __post_init__(self):
     if self.higher not in HIGHER:
@@ -71,15 +72,16 @@ class HeadMap:
 
   @property
   def title(self) -> str:
-    """The label, with the subset when there is one."""
+    """The label, with the subset when there is one, and the note."""
     label = self.label or self.name
-    return f"{label} ({self.subset} examples)" if self.subset else label
+    label = f"{label} ({self.subset} examples)" if self.subset else label
+    return f"{label} [{self.note}]" if self.note else label
 
   def index(self) -> dict[str, Any]:
     """Its JSON description (everything but the values)."""
     return dict(array=self.array_key, name=self.name, label=self.label, subset=self.subset,
                 columns=list(self.columns), higher=self.higher, unit=self.unit,
-                examples=self.examples, split=self.split)
+                examples=self.examples, split=self.split, note=self.note)
 
   def planes(self) -> list[HeadMap]:
     """Itself if `[layers, heads]`; else one `[layers, heads]` map per column."""
@@ -149,7 +151,7 @@ def read(stage: str, stats: Mapping[str, Any]) -> list[HeadMap]:
   if "head_maps" in stats:
     return [HeadMap(stage, d["name"], np.asarray(stats[d["array"]], np.float64), d["label"],
                     d["subset"], tuple(d["columns"]), d["higher"], d["unit"], d["examples"],
-                    d["split"]) for d in stats["head_maps"]]
+                    d["split"], d.get("note", "")) for d in stats["head_maps"]]
   summary = stats.get("summary", {})
   counts = {k.partition("/")[2]: v for k, v in stats.items() if k.startswith("count")}
   arrays = {k: v for k, v in stats.items() if isinstance(v, list) and k not in (

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from papa_jax import head_maps
+from papa_jax import chance, head_maps
 from papa_jax.config import schema as config_schema
 from papa_jax.workdir import storage, rules as workdir
 from papa_jax.workdir.layout import Layout
@@ -37,6 +37,7 @@ class FinishedWorkdir:
   ranking: list | None = None
   stats: dict[str, dict] = dataclasses.field(default_factory=dict)
   orderings: dict[str, dict] = dataclasses.field(default_factory=dict)  # name -> its file
+  sort_check: dict | None = None  # Whether the sorting run learned anything (`chance`).
 
   @property
   def rankings(self) -> dict[str, list]:
@@ -52,7 +53,7 @@ class FinishedWorkdir:
       out.append(head_maps.HeadMap(
           "sort", "lambda", np.asarray(self.lambdas, np.float64),
           "PAPA gate logit λ (high: kept input-dependent longest)", higher=head_maps.MORE,
-          split="train"))
+          split="train", note=chance.warning("the sorting run", self.sort_check)))
     for name, saved in self.orderings.items():
       if saved.get("scores") is not None:
         higher = head_maps.MORE if saved.get("direction") == "ascending" else head_maps.LESS
@@ -74,8 +75,7 @@ class FinishedWorkdir:
 
   def predictions(self, row: dict) -> dict[str, np.ndarray] | None:
     """A results row's saved dev outputs (`predictions`, `labels`, maybe `logits`)."""
-    path = (self.layout.path(row["run"], "predictions.npz") if row.get("run") else
-            self.layout.probe_predictions(row["variant"], row["static_heads"], row["seed"]))
+    path = self.layout.row_predictions(row)
     if not storage.exists(path):
       return None
     with np.load(storage.readable(path)) as z:
@@ -110,6 +110,8 @@ def read_workdir(path: str, *, with_means: bool = True) -> FinishedWorkdir:
     out.ranking = schedule.load_ranking(layout.ranking, *shape)
     if out.lambdas is not None and out.lambdas.shape != shape:
       raise ResultFileError(f"{layout.lambdas} has shape {out.lambdas.shape}; expected {shape}.")
+    if storage.exists(layout.sort_history):
+      out.sort_check = workdir.read_json(layout.sort_history).get("check")
   for path in sorted(storage.glob(layout.ordering("*"))):
     saved = workdir.read_json(path)
     if out.ranking is not None or out.means:

@@ -2,7 +2,9 @@
 
 Rows are probing runs (one per variant, head ordering, static-head count and
 probe seed); the tables average seeds (mean, and the sample standard
-deviation when there are several). A condition is a variant under PAPA's
+deviation when there are several); results.json's `check` and `ranking_check` say whether the
+baseline probe and the sorting run learned anything (`papa_jax.chance`), and results.md opens
+with a warning when one did not. A condition is a variant under PAPA's
 ordering, or `variant/ordering` under another one (`condition`). The suite
 report (`papa_jax/report/build.py`) adds bootstrap intervals across workdirs.
 """
@@ -14,7 +16,7 @@ from typing import Sequence
 
 import numpy as np
 
-from papa_jax import uncertainty
+from papa_jax import chance, uncertainty
 from papa_jax.workdir import rules as workdir
 from papa_jax.workdir.layout import Layout
 from papa_jax.plotting import pyplot, save_figure
@@ -100,6 +102,21 @@ def _drop(v) -> str:
   return _fmt(v, pct=True)
 
 
+_WARNINGS = {  # results.json key: (what learned nothing, what that means here)
+    "check": ("The baseline probe", "Every drop here compares chance with chance: it measures "
+              "nothing about attention."),
+    "ranking_check": ("The sorting run", "Its ranking chose the constant heads of the partial "
+                      "runs (1/2, 7/8, ...): that choice is mostly arbitrary."),
+}
+
+
+def warnings(meta: dict) -> list[str]:
+  """What results.json's `check` and `ranking_check` say against the numbers: one line each
+  when the baseline probe or the sorting run learned nothing (`papa_jax.chance`)."""
+  return [f"{line} {then}" for key, (what, then) in _WARNINGS.items()
+          if (line := chance.warning(what, meta.get(key)))]
+
+
 def markdown(rows: Sequence[dict]) -> str:
   seeds = max(len(by_run(rows)[k]["seeds"]) for k in by_run(rows))
   note = "" if seeds == 1 else f" (mean ± std over {seeds} probe seeds)"
@@ -154,7 +171,8 @@ def write_all(layout: Layout, rows: list[dict], meta: dict) -> dict[str, str]:
     w = csv.DictWriter(f, fieldnames=CSV_FIELDS, extrasaction="ignore")
     w.writeheader()
     w.writerows(rows)
+  notes = "".join(f"**Uninformative.** {line}\n\n" for line in warnings(meta))
   with workdir.atomic_write(paths["md"]) as f:
-    f.write(f"# PAPA: {rows[0]['model']} on {rows[0]['task']}\n\n{markdown(rows)}")
+    f.write(f"# PAPA: {rows[0]['model']} on {rows[0]['task']}\n\n{notes}{markdown(rows)}")
   plot(rows, paths["png"], f"{rows[0]['model']} / {rows[0]['task']}")
   return paths

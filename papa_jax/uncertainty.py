@@ -37,6 +37,7 @@ sentences) 0.3-0.5 / 1.6 s (chunking each distinct tag sequence once); 370 MB.
 from __future__ import annotations
 
 import math
+import zlib
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -51,6 +52,12 @@ _CHUNK_ELEMENTS = 1 << 21
 # Replicates by default: a 2.5% percentile's Monte Carlo error is 0.083 sigma at
 # B = 1,000, 0.026 sigma at 10,000 (normal replicates of spread sigma).
 N_BOOT = 10_000
+
+
+def task_seed(seed: int, task_name: str) -> int:
+  """The bootstrap RNG seed of a task: one per task, shared by its models (the report's, and
+  every run's learned-nothing check)."""
+  return zlib.crc32(f"{seed}/{task_name}".encode())
 
 
 def seed_summary(scores: Sequence[float]) -> dict:

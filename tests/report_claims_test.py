@@ -87,7 +87,7 @@ def _oracle(exps):
   """Per cell, `uncertainty.paired_bootstrap` with the report's documented seed and streams."""
   return [uncertainty.paired_bootstrap(
       e.task, e.labels, e.predictions[("raw", 0)], e.predictions[("raw", 4)], n_boot=N_BOOT,
-      seed=report.task_seed(0, e.task.name), streams=(0, report.condition_stream("raw", 4)),
+      seed=uncertainty.task_seed(0, e.task.name), streams=(0, report.condition_stream("raw", 4)),
       return_samples=True) for e in exps]
 
 

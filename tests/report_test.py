@@ -105,7 +105,7 @@ def test_intervals_are_the_paired_bootstrap(written):
   exp = experiments()[0]
   want = uncertainty.paired_bootstrap(
       exp.task, exp.labels, exp.predictions[("raw", 0)], exp.predictions[("raw", 4)], n_boot=200,
-      seed=report.task_seed(0, "sst2"), streams=(0, report.condition_stream("raw", 4)))
+      seed=uncertainty.task_seed(0, "sst2"), streams=(0, report.condition_stream("raw", 4)))
   assert tuple(sst2["summary"][0]["all"]["relative_drop_ci"]) == want["relative_drop_ci"]
   assert sst2["summary"][0]["all"]["within_noise"] == want["within_noise"]
 
@@ -262,7 +262,7 @@ def _controls_experiment():
 def test_report_controls_say_whether_lambda_beats_random_and_the_mean_beats_uniform(tmp_path):
   from papa_jax.report import controls as report_controls
   exp = _controls_experiment()
-  c = report_controls.analyse(exp, rng_seed=report.task_seed(0, "sst2"), n_boot=300)
+  c = report_controls.analyse(exp, rng_seed=uncertainty.task_seed(0, "sst2"), n_boot=300)
   pooled = next(x for x in c["curves"] if (x["ordering"], x["static_heads"]) == ("random", 2))
   assert pooled["n"] == 4 and pooled["mean"] == pytest.approx(0.70)  # 2 draws x 2 seeds.
   assert pooled["draw_std"] == pytest.approx(np.std([0.71, 0.69], ddof=1))

@@ -94,7 +94,7 @@ def heads_view(wd: reader.FinishedWorkdir) -> dict:
   maps = wd.head_maps
   out = [dict(key=p.key, stage=p.stage, name=p.name, label=p.label or p.name,
               subset=p.subset, higher=p.higher, unit=p.unit, examples=p.examples,
-              split=p.split, values=pack.finite_or_none(p.values))
+              split=p.split, note=p.note, values=pack.finite_or_none(p.values))
          for m in maps for p in m.planes()]
   return dict(maps=out, agreement=pack.finite_or_none(head_maps.workdir_agreement(maps)))
 

@@ -14,7 +14,7 @@ import jax
 import ml_collections
 from absl import logging
 
-from papa_jax import convert, reader
+from papa_jax import convert, reader, results as results_lib
 from papa_jax.config import schema as config_schema
 from papa_jax.workdir import storage
 from papa_jax.explorer import collect, export, pack
@@ -159,6 +159,8 @@ def payload(workdir: str, *, examples: Sequence[int] = ExplorerConfig.examples,
   ranking = collect.ranking_view(wd)
   if ranking is None:
     warnings.append("No head ranking (sort/sorted_heads.json): the schedule cannot be shown.")
+  warnings += results_lib.warnings(dict(check=(wd.results or {}).get("check"),
+                                        ranking_check=wd.sort_check))
   meta = dict(
       model=cfg.get("model", {}).get("name", meta_first.get("model", "?")),
       task=cfg.get("data", {}).get("task", meta_first.get("task", "?")),

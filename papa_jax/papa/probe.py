@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 from absl import logging
 
-from papa_jax import parallel, results
+from papa_jax import chance, parallel, results, uncertainty
 from papa_jax.config import schema as config_schema
 from papa_jax.probing import fitting, train
 from papa_jax.workdir import storage, rules as workdir
@@ -33,12 +33,6 @@ from papa_jax.workdir.layout import RELATIVE
 from papa_jax.papa import means, orderings, schedule
 from papa_jax.papa.sort import needs_ranking, static_head_counts
 from papa_jax.stage import Setup, Stage
-
-
-def _predictions(kind: str, logits: np.ndarray) -> np.ndarray:
-  if kind == "regression":
-    return logits[:, 0].astype(np.float32)
-  return logits.argmax(-1).astype(np.int32)
 
 
 def _features(setup: Setup, encoder: train.FrozenEncoder, name: str, k: int):
@@ -137,7 +131,7 @@ def probe_runs(setup: Setup, variant: str, ordering: str, k: int, ranking,
                run=os.path.relpath(run_dir, setup.workdir))
     if parallel.is_main_process():
       results.save_predictions(layout.probe_predictions(variant, k, seed, ordering),
-                               _predictions(task.kind, logits), setup.eval_data.labels,
+                               train.predictions(task.kind, logits), setup.eval_data.labels,
                                logits if task.kind != "tagging" else None)
       workdir.write_json(layout.probe_result(variant, k, seed, ordering), row)
     rows[seed] = done[fp] = row
@@ -193,9 +187,35 @@ def _run(setup: Setup) -> list[dict]:
               input_files=setup.file_hashes(), **workdir.provenance())
   if parallel.is_main_process():
     clean = [{k: v for k, v in r.items() if k not in ("history", "fingerprint")} for r in rows]
+    meta.update(check=_baseline_check(setup, clean), ranking_check=_ranking_check(setup))
     paths = results.write_all(setup.layout, clean, meta)
     logging.info("Results: %s\n%s", paths["md"], results.markdown(clean))
+    for line in results.warnings(meta):
+      logging.warning("%s", line)
   return rows
+
+
+def _baseline_check(setup: Setup, rows: list[dict]) -> dict | None:
+  """Whether the baseline probe learned anything (`chance.probe_check` on its saved dev
+  predictions, every seed; the report's bootstrap seed); None without a baseline."""
+  preds, labels = {}, None
+  for r in rows:
+    if (r["variant"], r.get("ordering", "lambda"), r["static_heads"]) == ("raw", "lambda", 0):
+      with np.load(storage.readable(setup.layout.row_predictions(r))) as z:
+        preds[r["seed"]], labels = z["predictions"], z["labels"]
+  if not preds:
+    return None
+  rep = setup.config.report
+  return chance.probe_check(setup.task, labels, preds, level=rep.level, n_boot=rep.n_boot,
+                            seed=uncertainty.task_seed(rep.seed, setup.task.name))
+
+
+def _ranking_check(setup: Setup) -> dict | None:
+  """The sorting run's learned-nothing check, when this run's constant heads follow its
+  ranking (`sort/history.json`; None when no ranking was needed or it predates the check)."""
+  if not needs_ranking(setup) or not storage.exists(setup.layout.sort_history):
+    return None
+  return workdir.read_json(setup.layout.sort_history).get("check")
 
 
 STAGE = Stage(name="probe", run=_run, inputs=("train", "eval"),

@@ -4,7 +4,9 @@ A probe trains on the frozen encoder with every head gated between its own
 attention and its constant matrix (`AttentionOverride.gated`); the learned
 gate logits (`sort/lambdas.npy`) order the heads, least input-dependent first
 (`sort/sorted_heads.json`). Skipped when the static-head counts need no
-ranking (only 0 and all heads constant).
+ranking (only 0 and all heads constant). `sort/history.json` records whether the run learned
+anything (`chance.sort_check`: the probe above chance, the gates moved); when it did not, the
+log warns and every output that uses its ranking says so.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 from absl import logging
 
-from papa_jax import parallel
+from papa_jax import chance, parallel, uncertainty
 from papa_jax.config import schema as config_schema
 from papa_jax.probing import fitting, train
 from papa_jax.workdir import storage, rules as workdir
@@ -57,7 +59,7 @@ def _run(setup: Setup) -> None:
     data = data.take(data_lib.subsample_indices(len(data), cfg.sort.max_train_examples,
                                                 cfg.data.subsample_seed + 1))
   t0 = time.perf_counter()
-  state, history, _ = fitting.fit(
+  state, history, logits = fitting.fit(
       "sort", train.probe_module(setup.task, mc, cfg.probe), encoder,
       train.make_optimizer(cfg.probe, gate_learning_rate=cfg.sort.gate_learning_rate),
       train.FitConfig.from_config(cfg, cfg.sort.epochs, cfg.sort.seed,
@@ -65,11 +67,19 @@ def _run(setup: Setup) -> None:
       data, setup.eval_data, train.scorer(setup.task, setup.eval_data.labels), setup.mesh)
   lambdas = np.asarray(jax.device_get(state.params["gates"]))
   if parallel.is_main_process():
+    rep = cfg.report
+    check = chance.sort_check(
+        setup.task, setup.eval_data.labels, train.predictions(setup.task.kind, logits), lambdas,
+        level=rep.level, n_boot=rep.n_boot, seed=uncertainty.task_seed(rep.seed, setup.task.name))
+    if line := chance.warning("The sorting run", check):
+      logging.warning("sort: %s Its head ranking decides which heads become constant; "
+                      "train it longer or on more examples (sort.epochs, "
+                      "sort.max_train_examples).", line)
     schedule.save_ranking(layout, lambdas)
     sig = jax.nn.sigmoid(lambdas)
     workdir.write_json(layout.sort_history, dict(
         fingerprint=fingerprint, history=history, seconds=time.perf_counter() - t0,
-        sigmoid_spread=[float(sig.min()), float(sig.max())]))
+        sigmoid_spread=[float(sig.min()), float(sig.max())], check=check))
   logging.info("sort: lambda range [%.4g, %.4g] -> %s", lambdas.min(), lambdas.max(),
                layout.ranking)
 

@@ -181,6 +181,13 @@ def scorer(task, labels: np.ndarray) -> Callable[[np.ndarray], dict]:
   return lambda logits: metrics.task_scores(task, logits, labels)
 
 
+def predictions(kind: str, logits: np.ndarray) -> np.ndarray:
+  """A probe's predictions from its outputs: class (or tag) ids, or the regression value."""
+  if kind == "regression":
+    return logits[:, 0].astype(np.float32)
+  return logits.argmax(-1).astype(np.int32)
+
+
 @jax.jit
 def take(table: dict, idx: Array) -> dict:
   """Rows `idx` of every array of `table` (-1: a padding row, `valid` False)."""

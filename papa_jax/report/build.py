@@ -6,11 +6,11 @@
 recomputed from the saved dev predictions with the task's own metric
 (`papa_jax.uncertainty`); conditions that have only logged scores get a mean
 ± std and no interval. Intervals: paired bootstrap over dev examples and
-probe seeds, percentile, per task on the RNG seed `task_seed(seed, task)`,
+probe seeds, percentile, per task on the RNG seed `uncertainty.task_seed(seed, task)`,
 so all models on a task are resampled on the same examples (model
 comparisons within a task are paired) and tasks are independent. Seed
 streams: 0 for the baseline, `condition_stream(variant, k)` otherwise;
-`uncertainty.paired_bootstrap(..., seed=task_seed(...), streams=(0,
+`uncertainty.paired_bootstrap(..., seed=uncertainty.task_seed(...), streams=(0,
 condition_stream(...)))` reproduces any interval of the report. Which cells
 enter the claims (informative ones), the Holm-adjusted reading and the rank
 correlation: `papa_jax/report/claims.py`.
@@ -29,7 +29,7 @@ from typing import Sequence
 
 import numpy as np
 
-from papa_jax import uncertainty
+from papa_jax import chance, uncertainty
 from papa_jax.measures import rank_agreement
 from papa_jax.report import (claims as report_claims, controls as report_controls,
                              figures as report_figures, heads as report_heads)
@@ -72,6 +72,8 @@ class Experiment:
       ("raw/<ordering>", k) (`results.condition`).
     head_maps: every per-head result of the workdir (`head_maps.HeadMap`), for
       the per-head section (`report_heads`).
+    ranking_check: whether the sorting run behind `ranking` learned anything
+      (`chance.sort_check`), or None.
     train_examples: train-subset size the probes and means used.
     eval_examples: dev-set size as the pipeline reported it.
     seeds: probe seeds run (derived from the dicts when empty).
@@ -90,11 +92,7 @@ class Experiment:
   seeds: tuple = ()
   orderings: dict = dataclasses.field(default_factory=dict)
   head_maps: list = dataclasses.field(default_factory=list)
-
-
-def task_seed(seed: int, task_name: str) -> int:
-  """The bootstrap RNG seed of a task: one per task, shared by its models."""
-  return zlib.crc32(f"{seed}/{task_name}".encode())
+  ranking_check: dict | None = None
 
 
 def condition_stream(variant: str, k: int) -> int:
@@ -118,9 +116,9 @@ def _analyse(exp: Experiment, n_boot: int, seed: int, level: float) -> tuple[dic
   warnings = [f"{exp.model}/{task.name}: {c[0]} k=0 ignored; the baseline is {base_key[0]} k=0."
               for c in keys if c[1] == 0 and c != base_key]
   keys = [c for c in keys if c[1] > 0 or c == base_key]
-  rng_seed = task_seed(seed, task.name)
+  rng_seed = uncertainty.task_seed(seed, task.name)
   boot_keys = [c for c in keys if exp.labels is not None and exp.predictions.get(c)]
-  constant = (report_claims.constant_prediction(task, exp.labels)
+  constant = (chance.constant_prediction(task, exp.labels)
               if base_key in boot_keys else None)
   extra = [[constant[2]]] if constant is not None else []  # Paired with the baseline.
   scored = dict(zip(boot_keys + ["constant"] * len(extra), uncertainty.seed_scores_many(
@@ -164,13 +162,16 @@ def _analyse(exp: Experiment, n_boot: int, seed: int, level: float) -> tuple[dic
   if exp.labels is not None and exp.eval_examples not in (None, len(exp.labels)):
     warnings.append(f"{exp.model}/{task.name}: eval_examples={exp.eval_examples} but "
                     f"{len(exp.labels)} labels; the labels are used.")
-  check = None if base_key is None else report_claims.baseline_check(
+  check = None if base_key is None else chance.check(
       conds[base_key]["mean"], reps.get(base_key), constant, constant_reps, level)
+  if line := chance.warning(f"{exp.model}/{task.name}: the sorting run", exp.ranking_check):
+    warnings.append(line + " Its ranking chose the constant heads of the partial runs.")
   out = dict(model=exp.model, task=task.name, metric=metric, kind=task.kind, n_examples=n,
              train_examples=exp.train_examples, eval_examples=exp.eval_examples,
              seeds=list(_seeds_of(exp)), total_heads=exp.total_heads, rng_seed=rng_seed,
              baseline=None if base_key is None else dict(conds[base_key], variant="raw"),
-             conditions=list(conds.values()), check=check, warnings=warnings)
+             conditions=list(conds.values()), check=check, ranking_check=exp.ranking_check,
+             warnings=warnings)
   out["summary"] = _summary(out, exp.total_heads)
   return out, dict(baseline=reps.get(base_key), drops=drops)
 
@@ -319,7 +320,8 @@ def analyse(experiments: Sequence[Experiment], *, n_boot: int = uncertainty.N_BO
     raise ConfigError(f"Duplicate (model, task) experiments: {names}.")
   done = [_analyse(e, n_boot, seed, level) for e in experiments]
   controls = [c for e in experiments for c in [report_controls.analyse(
-      e, rng_seed=task_seed(seed, e.task.name), n_boot=n_boot, level=level)] if c is not None]
+      e, rng_seed=uncertainty.task_seed(seed, e.task.name), n_boot=n_boot, level=level)]
+              if c is not None]
   results, reps = [r for r, _ in done], [d for _, d in done]
   averages = report_claims.model_averages(results, reps, level)
   multi = report_claims.adjust(results, averages, level)

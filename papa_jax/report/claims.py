@@ -5,9 +5,8 @@ the comparison with the paper's 8%, the correlation, the counts of drops
 within noise) only if its baseline probe is clearly above chance: the
 `level` percentile interval of `baseline - constant` excludes 0 from above,
 where `constant` is the score of the best constant prediction on the dev set
-(`constant_prediction`: the majority class for accuracy, the positive class
-for F1, any class for MCC (0), the commonest tag for tagging; 0 for Pearson
-and Spearman), resampled on the same dev examples as the baseline. Other cells
+(`papa_jax.chance`, the check every run writes), resampled on the same dev examples as
+the baseline. Other cells
 are *uninformative*: still tabled, never counted. A cell without baseline
 predictions cannot be checked and is left out too.
 
@@ -30,44 +29,6 @@ from papa_jax.measures import rank_agreement
 
 PAPER_ALL_HEADS_DROP = 0.08  # Hassid et al. 2022: about 8% with every head constant.
 HALF_HEADS_MARGIN = 0.02  # "Almost no drop" with half the heads constant: below 2%.
-
-
-def constant_prediction(task, labels: np.ndarray) -> tuple[str, float, np.ndarray] | None:
-  """(label name, headline score, predictions) of the best constant prediction on the dev
-  labels (ties: the first label); None for regression, where chance is a correlation of 0."""
-  if task.kind == "regression":
-    return None
-  labels = np.asarray(labels)
-  best, context = None, uncertainty.tagging_context(task, labels)  # Gold chunked once.
-  for k, name in enumerate(task.label_names):
-    pred = np.where(labels == -100, -100, k) if task.kind == "tagging" else np.full_like(labels, k)
-    score = uncertainty.metric_score(task, labels, pred, context=context)
-    if best is None or score > best[1]:
-      best = (str(name), score, pred)
-  return best
-
-
-def baseline_check(base_mean: float, base_reps: np.ndarray | None, constant: tuple | None,
-                   constant_reps: np.ndarray | None, level: float) -> dict:
-  """Whether the baseline is clearly above the best constant prediction (module docstring).
-
-  Returns:
-    dict(constant (label name or "any (correlation 0)"), constant_score, diff, diff_ci,
-    informative (None: not checked), reason).
-  """
-  if base_reps is None:
-    return dict(constant=None, constant_score=None, diff=None, diff_ci=None, informative=None,
-                reason="not checked: no dev predictions of the baseline")
-  name, score = ("any (correlation 0)", 0.0) if constant is None else constant[:2]
-  out = dict(constant=name, constant_score=float(score), diff=float(base_mean - score))
-  ci = uncertainty.percentile_interval(
-      base_reps - (0.0 if constant_reps is None else constant_reps), level)
-  ok = bool(np.all(np.isfinite(ci)) and ci[0] > 0)
-  out.update(diff_ci=ci, informative=ok, reason="" if ok else (
-      f"baseline {base_mean:.4f} vs constant prediction {name!r} {score:.4f}: the "
-      f"{100 * level:.0f}% interval of the difference [{ci[0]:+.4f}, {ci[1]:+.4f}] "
-      "does not lie above 0"))
-  return out
 
 
 def informative(r: dict) -> bool:

@@ -13,7 +13,7 @@ or constant choices (`papa.variants`), `analyse` gives:
   * sentences saying, per comparison, whether one beats the other or the
     difference is within noise (its interval contains 0).
 Every condition is resampled on the same dev examples as the main report
-(`report.task_seed`), so the differences are paired; seeds (and draws) are
+(`uncertainty.task_seed`), so the differences are paired; seeds (and draws) are
 resampled independently per condition.
 """
 

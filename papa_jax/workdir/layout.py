@@ -85,6 +85,13 @@ class Layout:
   def probe_predictions(self, variant: str, k: int, seed: int, ordering: str = "lambda") -> str:
     return os.path.join(self.probe_run(variant, k, seed, ordering), "predictions.npz")
 
+  def row_predictions(self, row: dict) -> str:
+    """The dev predictions of a results row: in its `run` folder (a run reused by content may
+    live under another run's name), else where its variant, k and seed put them."""
+    return (self.path(row["run"], "predictions.npz") if row.get("run") else
+            self.probe_predictions(row["variant"], row["static_heads"], row["seed"],
+                                   row.get("ordering", "lambda")))
+
   def checkpoints(self, run_dir: str) -> str:
     return os.path.join(run_dir, "checkpoints")
 

@@ -392,7 +392,8 @@
       Draw.colorbar($("stat-bar"), "vir", lo, hi, (v) => fmt(v, 3));
       $("stat-summary").textContent = summary(m);
       shown.stat = { m, lo, hi, source: sources[subsetSel.value].text };
-      $("stat-title").textContent = `${m.label}: ${sources[subsetSel.value].text}`;
+      $("stat-title").textContent = `${m.label}: ${sources[subsetSel.value].text}` +
+        (m.note ? ` (${m.note})` : "");
     };
     subsetSel.addEventListener("change", draw); mapSel.addEventListener("change", draw); draw();
   }
