@@ -70,7 +70,7 @@ def format_p(p, n_boot: int) -> str:
   return f"{p:.2g}" if p < 0.01 else f"{p:.3f}"
 
 
-def _rowwise_spearman(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+def rowwise_spearman(x: np.ndarray, y: np.ndarray) -> np.ndarray:
   """Spearman's rho of each row pair of `[R, n]` arrays (average ranks for ties); NaN
   for a row where either side is constant (scipy.stats.spearmanr's answer too)."""
   x = scipy.stats.rankdata(x, axis=1)
@@ -110,8 +110,8 @@ def rank_correlation(x, y, x_reps, y_reps, *, level: float = 0.95,
              note=f"not tested: n = {n} < {n_min} pairs")
   if n < n_min:
     return out
-  rho = float(_rowwise_spearman(x[None], y[None])[0])
-  reps = _rowwise_spearman(x_reps, y_reps)
+  rho = float(rowwise_spearman(x[None], y[None])[0])
+  reps = rowwise_spearman(x_reps, y_reps)
   ci = (float("nan"),) * 2
   if np.all(np.isfinite(reps)):
     ci = tuple(float(v) for v in np.percentile(reps, [50 * (1 - level), 50 * (1 + level)]))

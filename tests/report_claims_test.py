@@ -65,8 +65,9 @@ def test_undefined_drops_are_never_within_noise(tmp_path):
   row = _md_row(md, "| w | cola | raw |")
   assert "[undefined: baseline <= 0 in" in row[5] and "within noise" not in row[5]
   assert "0 of 1 relative drops in the main table" in md  # Only a/sst2 is counted.
-  assert "prints 6 95% intervals: 1 relative drops (main table), 1 per-model averages, 1 " \
-      "averages over all cells (the paper's claims), 3 baseline − constant differences" in md
+  assert "prints 7 95% intervals: 1 relative drops (main table), 1 per-model averages, 2 " \
+      "intervals of the paper's claims (two each), 0 per-task correlations, 3 baseline − " \
+      "constant differences" in md
   # (The undefined drops are not intervals.)
   assert "never counted as within noise) for: m/cola; w/cola." in md
   rows = list(csv.DictReader(open(paths["csv"])))
@@ -159,33 +160,41 @@ def test_correlation_is_spearman_over_informative_cells_with_its_interval(claims
           "chance/sst2 (uninformative) |") in md
   four = report.analyse(good[:4], n_boot=50)["correlation"]["raw"]
   assert four["verdict"] == "not tested" and four["rho"] is None
-  assert "Not tested: n = 4 informative (model, task) pairs < 5." in report.analyse(
+  assert "Not tested: n = 4 informative (model, task) pairs in tasks with 3 or more models " \
+      "< 5." in report.analyse(
       good[:4], n_boot=50)["caveats"][0]
 
 
 def _claim_cell(drop_all, drop_half, reps_all, reps_half):
   """A minimal informative cell for `report_claims.claims` (4 heads: half is 2)."""
   r = dict(model=f"m{drop_all}", task="sst2", check=dict(informative=True),
+           baseline=dict(mean=0.5),
            summary=[dict(variant="raw", all=dict(relative_drop=drop_all, static_heads=4),
                          half=dict(relative_drop=drop_half, static_heads=2))])
-  return r, dict(drops={("raw", 4): np.asarray(reps_all), ("raw", 2): np.asarray(reps_half)})
+  return r, dict(drops={("raw", 4): np.asarray(reps_all), ("raw", 2): np.asarray(reps_half)},
+                 baseline=np.full(len(reps_all), 0.5))
 
 
-@pytest.mark.parametrize("all_reps,half_reps,rho_verdict,want", [
-    ([0.05, 0.07, 0.09, 0.11], [0.0, 0.005, 0.01, 0.015], "positive",
+@pytest.mark.parametrize("all_reps,half_reps,rho_ci,want", [
+    ([0.05, 0.07, 0.09, 0.11], [0.0, 0.005, 0.01, 0.015], (0.1, 0.7),
      ("supported", "supported", "supported")),  # 8% inside, 0 outside; half below 2%.
-    ([0.00, 0.01, 0.02, 0.03], [0.02, 0.03, 0.04, 0.05], "negative",
+    ([0.00, 0.01, 0.02, 0.03], [0.02, 0.03, 0.04, 0.05], (-0.7, -0.1),
      ("contradicted", "contradicted", "contradicted")),  # 8% outside; half above 2%.
-    ([-0.02, 0.03, 0.07, 0.12], [0.0, 0.01, 0.02, 0.03], "within noise",
+    ([-0.02, 0.03, 0.07, 0.12], [0.0, 0.01, 0.02, 0.03], (-0.1, 0.7),
      ("within noise", "within noise", "within noise")),  # 0 and 8% inside; 2% inside.
 ])
-def test_paper_claims_verdicts_follow_their_intervals(all_reps, half_reps, rho_verdict, want):
+def test_paper_claims_verdicts_follow_their_intervals(all_reps, half_reps, rho_ci, want):
   from papa_jax.report import claims as report_claims  # pylint: disable=import-outside-toplevel
   cells = [_claim_cell(float(np.mean(all_reps)), float(np.mean(half_reps)), all_reps,
                        half_reps)]
-  corr = {"raw": dict(n=5, rho=0.3, ci=(-0.1, 0.7), verdict=rho_verdict, pairs=[])}
+  corr = {"raw": dict(n=5, rho=0.3, ci=rho_ci, verdict="?", pairs=[])}
   got = report_claims.claims([c for c, _ in cells], [d for _, d in cells], corr, 0.95)
-  assert tuple(c["verdict"] for c in got) == want
+  assert tuple(c["verdict"] for c in got[:2]) == want[:2]
+  assert got[2]["across_tasks"]["verdict"] == want[2]  # The secondary, pooled over tasks.
+  assert got[2]["verdict"] == "not tested"  # One cell: no task with 3 models.
+  assert [c["kind"] for c in got] == [report_claims.DROP] * 2 + [report_claims.CORRELATION]
+  for c in got[:2]:  # One cell: resampling cells changes nothing.
+    assert c["general"]["ci"] == c["ci"] and c["general"]["verdict"] == c["verdict"]
   lo, hi = uncertainty.percentile_interval(np.asarray(all_reps), 0.95)
   assert got[0]["ci"] == (lo, hi) and got[0]["n"] == 1
   none = report_claims.claims([], [], {"raw": dict(n=3, rho=None, ci=None,
@@ -208,8 +217,10 @@ def test_claims_average_informative_cells_like_the_oracle(claims):
   assert rep["claims"][1]["verdict"] == "not tested"  # No half-heads condition was run.
   assert rep["claims"][2]["verdict"] == "supported"  # rho's interval lies above 0.
   row = _md_row(md, "| All heads constant", "The paper's claims, tested")
-  assert row[2:] == ["5", f"{100 * first['estimate']:.2f}% [{100 * lo:.2f}%, {100 * hi:.2f}%]",
-                     f"**{first['verdict']}**", "–"]
+  glo, ghi = first["general"]["ci"]
+  assert row[2:] == ["5", f"{100 * first['estimate']:.2f}%", f"[{100 * lo:.2f}%, {100 * hi:.2f}%]",
+                     f"**{first['verdict']}**", f"[{100 * glo:.2f}%, {100 * ghi:.2f}%]",
+                     f"**{first['general']['verdict']}**", "–"]
 
 
 def test_a_drop_undefined_in_some_resamples_is_left_out_of_the_claims_averages():
@@ -328,3 +339,72 @@ def test_leave_one_model_out_correlation_equals_the_report_without_that_model():
   changed = [m for m, w in claim["without"].items() if w["verdict"] != claim["verdict"]]
   assert all(f"without {m}, " in text for m in changed)
   assert changed or text == "Leaving one model out, no claim's verdict changes."
+
+
+def _cells_over_tasks(sizes, n_boot=300, seed=5):
+  """Informative cells with all-heads drops on tasks of `sizes` models each: baselines and
+  drops per replicate drawn at random (a drop rising with the baseline, plus noise)."""
+  rng = np.random.default_rng(seed)
+  results, reps = [], []
+  for t, n in enumerate(sizes):
+    for m in range(n):
+      x = 0.5 + 0.1 * m + rng.normal(0, 0.03, n_boot)
+      y = 0.02 * m + 0.01 * t + rng.normal(0, 0.02, n_boot)
+      results.append(dict(model=f"m{m}", task=f"t{t}", check=dict(informative=True),
+                          baseline=dict(mean=float(x.mean())),
+                          summary=[dict(variant="raw", half=None,
+                                        all=dict(relative_drop=float(y.mean()),
+                                                 static_heads=4))]))
+      reps.append(dict(drops={("raw", 4): y}, baseline=x))
+  return results, reps
+
+
+def test_claim_interval_over_cells_equals_a_two_level_bootstrap_loop():
+  """Over cells: replicate b draws the cells with replacement (rng([seed, 2]), one (B, C)
+  draw), then takes each drawn cell's b-th replicate of examples and seeds; the mean of
+  those, and its percentile interval."""
+  from papa_jax.report import claims as report_claims  # pylint: disable=import-outside-toplevel
+  results, reps = _cells_over_tasks([4, 3])
+  got = report_claims.claims(results, reps, {}, 0.95, seed=11)[0]
+  y = np.stack([d["drops"][("raw", 4)] for d in reps], 1)  # [B, C]
+  n_boot, c = y.shape
+  draw = np.random.default_rng([11, 2]).integers(0, c, size=(n_boot, c))
+  means = [np.mean([y[b, j] for j in draw[b]]) for b in range(n_boot)]
+  assert got["general"]["ci"] == pytest.approx(np.percentile(means, [2.5, 97.5]), abs=1e-12)
+  assert got["ci"] == pytest.approx(np.percentile(y.mean(1), [2.5, 97.5]), abs=1e-12)
+  glo, ghi = got["general"]["ci"]
+  assert glo < got["ci"][0] and ghi > got["ci"][1]  # Cells differ: wider over cells.
+  assert got["general"]["verdict"] == report_claims.verdict("about", 0.08, got["general"]["ci"])
+
+
+def test_within_task_correlation_equals_scipy_per_task_pooled_by_pairs():
+  """Per task scipy's Spearman; pooled, the mean weighted by pairs; given the cells, per
+  replicate; over tasks, tasks drawn with replacement (rng([seed, 3])) and their b-th
+  replicates pooled with their weights; a task of 2 models is left out."""
+  import scipy.stats  # pylint: disable=import-outside-toplevel
+  from papa_jax.report import claims as report_claims  # pylint: disable=import-outside-toplevel
+  results, reps = _cells_over_tasks([4, 3, 2, 5])
+  got = report_claims.claims(results, reps, {}, 0.95, seed=3)[2]
+  tasks = {}
+  for r, d in zip(results, reps):
+    tasks.setdefault(r["task"], []).append((r["baseline"]["mean"], r["summary"][0]["all"][
+        "relative_drop"], d["baseline"], d["drops"][("raw", 4)]))
+  used = {t: v for t, v in tasks.items() if len(v) >= 3}
+  assert got["small_tasks"] == {"t2": ["m0/t2", "m1/t2"]}
+  w = np.array([len(v) for v in used.values()], float)
+  rho = [scipy.stats.spearmanr([p[0] for p in v], [p[1] for p in v])[0] for v in used.values()]
+  n_boot = len(reps[0]["baseline"])
+  per = np.array([[scipy.stats.spearmanr([p[2][b] for p in v], [p[3][b] for p in v])[0]
+                   for v in used.values()] for b in range(n_boot)])  # [B, T]
+  assert [t["rho"] for t in got["per_task"]] == pytest.approx(rho, abs=1e-12)
+  for t, col in zip(got["per_task"], per.T):
+    assert t["ci"] == pytest.approx(np.percentile(col, [2.5, 97.5]), abs=1e-12)
+  assert got["estimate"] == pytest.approx(np.dot(w, rho) / w.sum(), abs=1e-12)
+  assert got["ci"] == pytest.approx(np.percentile(per @ w / w.sum(), [2.5, 97.5]), abs=1e-12)
+  draw = np.random.default_rng([3, 3]).integers(0, len(w), size=(n_boot, len(w)))
+  over = [sum(per[b, j] * w[j] for j in draw[b]) / sum(w[j] for j in draw[b])
+          for b in range(n_boot)]
+  assert got["general"]["ci"] == pytest.approx(np.percentile(over, [2.5, 97.5]), abs=1e-12)
+  assert got["n"] == 12 and got["n_tasks"] == 3 and got["general"]["resampled"] == "tasks"
+  assert got["verdict"] == "supported"  # The drop rises with the baseline in every task.
+  assert set(got["without"]) == {"m0", "m1", "m2", "m3", "m4"}

@@ -131,9 +131,9 @@ def test_markdown_rows(written):
                "What these numbers do not show", "| raw | 2 | – | not tested: n = 2 < 5 pairs |",
                "| tiny | ner | f1 | 4 | 50 | 0, 1 | B-PER: 0.1000 | +0.8444 [",
                "| tiny | sst2 | accuracy | 10 | 100 | 0, 1 | negative: 0.5000 | +0.4000 [",
-               "report.md prints 11 95% intervals: 4 relative drops (main table), 3 per-model "
-               "averages, 2 averages over all cells (the paper's claims), 2 baseline − "
-               "constant differences", "one family of 5 tests",
+               "report.md prints 13 95% intervals: 4 relative drops (main table), 3 per-model "
+               "averages, 4 intervals of the paper's claims (two each), 0 per-task "
+               "correlations, 2 baseline − constant differences", "one family of 5 tests",
                "As few as 2 seeds", "Some conditions have one seed", "held fixed"):
     assert text in md, text
 

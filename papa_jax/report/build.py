@@ -29,7 +29,7 @@ from typing import Sequence
 
 import numpy as np
 
-from papa_jax import chance, uncertainty
+from papa_jax import chance, significance, uncertainty
 from papa_jax.measures import rank_agreement
 from papa_jax.report import (claims as report_claims, controls as report_controls,
                              figures as report_figures, heads as report_heads)
@@ -200,19 +200,25 @@ def _caveats(results: list[dict], averages: list[dict], corr: dict, multi: dict,
                "probe is not clearly above the best constant prediction) or not checked: "
                + "; ".join(left) + ".")
   c = corr.get("raw")
-  if c is not None:
-    if c["verdict"] == "not tested":
-      out.append(f"Better models lose more? Not tested: n = {c['n']} informative (model, "
-                 f"task) pairs < {c['n_min']}.")
-    if c["verdict"] != "not tested" and len({p["task"] for p in c["pairs"]}) > 1:
-      out.append("The correlation pools tasks (" + ", ".join(sorted(
-          {p["metric"] for p in c["pairs"]})) + "): differences in scale and difficulty "
-                 "between tasks can produce it on their own; better models should be "
-                 "compared within a task.")
-    if c["n"] >= c["n_min"]:
-      out.append("The correlation's interval resamples dev examples and seeds within each "
-                 "cell, not the (model, task) pairs: it is conditional on these models and "
-                 "tasks and does not say the ranking would hold for others.")
+  w = next((t for t in tested if t["kind"] == report_claims.CORRELATION), None)
+  if w is not None and w["verdict"] == "not tested":
+    out.append(f"Better models lose more? Not tested: n = {w['n']} informative (model, task) "
+               f"pairs in tasks with {report_claims.MIN_PAIRS_PER_TASK} or more models < "
+               f"{significance.N_MIN_PAIRS}.")
+  if c is not None and c["verdict"] != "not tested" and len({p["task"] for p in c["pairs"]}) > 1:
+    out.append("The correlation across tasks (secondary, beside the claim) pools tasks ("
+               + ", ".join(sorted({p["metric"] for p in c["pairs"]})) + "): differences in "
+               "scale and difficulty between tasks can produce it on their own, so the claim's "
+               "verdict uses the correlation within each task, pooled.")
+  split = [f"'{t['claim']}' is {t['verdict']} given these cells but {t['general']['verdict']} "
+           f"with the {t['general']['resampled']} resampled" for t in tested
+           if t["general"]["verdict"] not in ("not tested", t["verdict"])]
+  out.append("Each claim has two intervals: given these cells (dev examples and probe seeds "
+             "resampled within each (model, task) cell), and over cells (the cells, or for "
+             "the correlation the tasks, resampled too: would the verdict hold for other "
+             "models and tasks like these?). " + ("; ".join(split) + ": that verdict rests on "
+             "which models and tasks were run." if split else "Both verdicts agree for "
+             "every claim tested."))
   sizes: dict[str, set] = {}
   for r in results:
     if report_claims.informative(r) and r["train_examples"]:
@@ -307,7 +313,8 @@ def _count_intervals(results: list[dict], averages: list[dict], corr: dict,
       baseline_vs_constant=sum(bool(r["check"]) and shown(r["check"]["diff_ci"])
                                for r in results),
       averages=sum(shown(a["ci"]) for a in averages),
-      claims=sum(shown(c["ci"]) for c in tested if c["key"] != "correlation"),
+      claims=sum(shown(c["ci"]) + shown(c["general"]["ci"]) for c in tested),
+      within_task=sum(shown(t["ci"]) for c in tested for t in c.get("per_task", [])),
       correlation=sum(shown(c["ci"]) for c in corr.values()),
       controls=sum(shown(x["ci"]) for c in controls for x in c["vs_random"] + c["vs_uniform"]))
 
@@ -332,7 +339,7 @@ def analyse(experiments: Sequence[Experiment], *, n_boot: int = uncertainty.N_BO
     x.update(holm_p=p, verdict_adjusted="undefined" if p is None else
              x["verdict"] if p < 1 - level else "within noise")
   corr = report_claims.correlations(results, reps, level)
-  tested = report_claims.claims(results, reps, corr, level)
+  tested = report_claims.claims(results, reps, corr, level, seed)
   report_claims.mark_cells(results, tested)
   multi.update(intervals=_count_intervals(results, averages, corr, controls, tested),
                n_control_tests=len(rows))

@@ -118,64 +118,173 @@ def model_averages(results: list[dict], reps: list[dict], level: float) -> list[
   return out
 
 
-def claims(results: list[dict], reps: list[dict], corr: dict, level: float) -> list[dict]:
-  """The paper's three claims tested on the informative cells (PAPA's raw constants), each
-  with its estimate, interval, n and a verdict: supported, contradicted, within noise (the
-  interval cannot tell) or not tested.
+# Streams of the cell-level resampling (`numpy.random.default_rng([seed, stream])`), apart
+# from `uncertainty`'s example (0) and seed (1) streams.
+CELLS_STREAM, TASKS_STREAM = 2, 3
+MIN_PAIRS_PER_TASK = 3  # A task's Spearman over fewer models is +-1 or undefined.
+DROP, CORRELATION = "mean relative drop", "rank correlation"  # A claim's `kind`.
+# A claim's `test` against its `threshold`: "about" a value (supported when the interval
+# holds it and excludes 0), "below" or "above" it.
+ABOUT, BELOW, ABOVE = "about", "below", "above"
 
-  All heads constant, "about 8%": the mean relative drop over cells; supported when its
-  interval holds 8% and excludes 0, contradicted when it excludes 8%. Half the heads,
-  "almost no drop": supported when the interval lies below `HALF_HEADS_MARGIN`,
-  contradicted when above it. Better models lose more: Spearman's rho (`correlations`);
-  supported when its interval lies above 0, contradicted when below.
+
+def over_cells(reps: np.ndarray, seed: int, weights: np.ndarray | None = None,
+               stream: int = CELLS_STREAM) -> np.ndarray:
+  """Replicates of a (weighted) mean over units that generalise over the units: `[B, C]`
+  per-unit replicates (unit c's value on resample b of its examples and seeds) -> `[B]`,
+  where replicate b first draws C units with replacement
+  (`default_rng([seed, stream]).integers(0, C, size=(B, C))`), then averages their b-th
+  replicates: a two-level (hierarchical) bootstrap."""
+  b, c = reps.shape
+  idx = np.random.default_rng([seed, stream]).integers(0, c, size=(b, c))
+  w = np.ones(c) if weights is None else np.asarray(weights, np.float64)
+  return (np.take_along_axis(reps, idx, 1) * w[idx]).sum(1) / w[idx].sum(1)
+
+
+def verdict(test: str, threshold: float, ci) -> str:
+  """A claim's verdict from one interval (`claims`): the one rule for every interval."""
+  if ci is None:
+    return "not tested"
+  lo, hi = ci
+  if not (math.isfinite(lo) and math.isfinite(hi)):
+    return "undefined"
+  if test == ABOUT:  # "About 8%": against 8%, and against no drop at all.
+    return "contradicted" if not lo <= threshold <= hi else "supported" if lo > 0 else (
+        "within noise")
+  if test == BELOW:
+    return "supported" if hi < threshold else "contradicted" if lo > threshold else (
+        "within noise")
+  return "supported" if lo > threshold else "contradicted" if hi < threshold else "within noise"
+
+
+def claims(results: list[dict], reps: list[dict], corr: dict, level: float,
+           seed: int = 0) -> list[dict]:
+  """The paper's three claims tested on the informative cells (PAPA's raw constants).
+
+  Each claim has its `kind` (DROP or CORRELATION), `threshold`, estimate, n and two intervals,
+  each with its verdict (`verdict`): supported, contradicted, within noise (the interval
+  cannot tell), undefined or not tested.
+    - `ci`, `verdict`: given these cells (models x tasks): dev examples and probe seeds
+      resampled within each cell, the cells fixed.
+    - `general`: over cells too (`over_cells`: the cells resampled, then examples and seeds
+      within each); for the correlation, tasks are resampled (each keeps its models).
+  All heads constant, "about 8%": the mean relative drop over cells; supported when the
+  interval holds 8% and excludes 0, contradicted when it excludes 8%. Half the heads, "almost
+  no drop": supported below `HALF_HEADS_MARGIN`, contradicted above it. Better models lose
+  more: the within-task Spearman rho pooled over tasks (`within_task_correlation`), supported
+  above 0, contradicted below; the rho pooled across tasks (`correlations`) is kept as
+  `across_tasks`, secondary: it mostly measures differences between tasks' metrics.
+  `without`: each claim re-tested without each model's cells.
   """
   out = []
-  for which, claim, measure in (
-      ("all", "All heads constant: about 8% average relative drop.",
+  for which, test, threshold, claim, measure in (
+      ("all", ABOUT, PAPER_ALL_HEADS_DROP, "All heads constant: about 8% average relative drop.",
        "mean relative drop over cells, all heads constant"),
-      ("half", "Half the heads constant: almost no drop.",
+      ("half", BELOW, HALF_HEADS_MARGIN, "Half the heads constant: almost no drop.",
        f"mean relative drop over cells, half the heads (almost none: below "
        f"{100 * HALF_HEADS_MARGIN:.0f}%)")):
     rows, left_out = _drops(results, reps, "raw", which)
-    row = dict(key=which, percent=True, claim=claim, measure=measure,
-               cells=[c for c, _, _ in rows], **_drop_claim(rows, which, level),
+    row = dict(key=which, kind=DROP, test=test, threshold=threshold, percent=True,
+               claim=claim, measure=measure, cells=[c for c, _, _ in rows],
+               **_drop_claim(rows, test, threshold, level, seed),
                note="" if rows else "no informative cell with a defined drop",
                left_out=left_out)
     models = list(dict.fromkeys(c.split("/", 1)[0] for c, _, _ in rows))
     row["without"] = {m: _drop_claim([x for x in rows if not x[0].startswith(m + "/")],
-                                     which, level) for m in models} if len(models) > 1 else {}
+                                     test, threshold, level, seed)
+                      for m in models} if len(models) > 1 else {}
     out.append(row)
-  c = corr.get("raw") or dict(n=0, rho=None, ci=None, verdict="not tested", pairs=[])
-  verdict = _CORR_VERDICT.get(c["verdict"], "not tested")
-  out.append(dict(key="correlation", percent=False, claim="Better-performing models lose more.",
-                  measure="Spearman's rho of baseline against relative drop (all heads)",
-                  n=c["n"], cells=[f"{p['model']}/{p['task']}" for p in c.get("pairs", [])],
-                  estimate=c["rho"], ci=c["ci"], verdict=verdict,
-                  note=c.get("note", ""), left_out=c.get("undefined", []),
-                  without={m: dict(n=w["n"], estimate=w["rho"], ci=w["ci"],
-                                   verdict=_CORR_VERDICT.get(w["verdict"], "not tested"))
-                           for m, w in c.get("without", {}).items()}))
+  w = within_task_correlation(results, reps, level, seed)
+  c = corr.get("raw") or dict(n=0, rho=None, ci=None, verdict="not tested", pairs=[],
+                              undefined=[])
+  out.append(dict(
+      key="correlation", kind=CORRELATION, test=ABOVE, threshold=0.0, percent=False,
+      claim="Better-performing models lose more.",
+      measure="Spearman's rho of baseline against relative drop (all heads) within each "
+      "task, pooled over tasks (weighted by pairs)", **{k: w[k] for k in (
+          "n", "n_tasks", "estimate", "ci", "verdict", "general", "note", "per_task",
+          "small_tasks", "without")},
+      cells=w["cells"], left_out=w["left_out"],
+      across_tasks=dict(n=c["n"], estimate=c["rho"], ci=c["ci"], verdict=verdict(
+          ABOVE, 0.0, c["ci"]) if c["verdict"] != "not tested" else "not tested",
+                        note=c.get("note", ""))))
   return out
 
 
-_CORR_VERDICT = {"positive": "supported", "negative": "contradicted",
-                 "within noise": "within noise"}
-
-
-def _drop_claim(rows: list[tuple[str, float, np.ndarray]], which: str, level: float) -> dict:
-  """n, estimate, interval and verdict of a drop claim ("all" or "half") over `rows`."""
-  out = dict(n=len(rows), estimate=None, ci=None, verdict="not tested")
+def _drop_claim(rows: list[tuple[str, float, np.ndarray]], test: str, threshold: float,
+                level: float, seed: int) -> dict:
+  """n, estimate, both intervals and verdicts of a drop claim over `rows`."""
+  out = dict(n=len(rows), estimate=None, ci=None, verdict="not tested",
+             general=dict(ci=None, verdict="not tested", resampled="cells"))
   if not rows:
     return out
   avg = _average(rows, level)
-  lo, hi = avg["ci"]
-  out.update(estimate=avg["mean_relative_drop"], ci=avg["ci"])
-  if which == "all":
-    out["verdict"] = ("contradicted" if not lo <= PAPER_ALL_HEADS_DROP <= hi else
-                      "supported" if lo > 0 else "within noise")
-  else:
-    out["verdict"] = ("supported" if hi < HALF_HEADS_MARGIN else "contradicted"
-                      if lo > HALF_HEADS_MARGIN else "within noise")
+  gen = uncertainty.percentile_interval(
+      over_cells(np.stack([d for _, _, d in rows], 1), seed), level)
+  out.update(estimate=avg["mean_relative_drop"], ci=avg["ci"],
+             verdict=verdict(test, threshold, avg["ci"]),
+             general=dict(ci=gen, verdict=verdict(test, threshold, gen), resampled="cells"))
+  return out
+
+
+def within_task_correlation(results: list[dict], reps: list[dict], level: float,
+                            seed: int = 0, drop_model: str | None = None) -> dict:
+  """Better models lose more, within tasks: per task, Spearman's rho of baseline score
+  against relative drop (all heads constant, raw) over its informative cells with a defined
+  drop (`_drops`; tasks with fewer than `MIN_PAIRS_PER_TASK` such cells are left out and
+  listed in `small_tasks`, as the task's property rather than the cells'), each
+  with the interval over the report's replicates; pooled over tasks as the mean of the tasks'
+  rhos weighted by their pairs. Its interval given the cells averages the per-replicate rhos;
+  the general one resamples tasks too (`over_cells`, `TASKS_STREAM`; models within a task are
+  not resampled: a Spearman needs distinct models). Tested from `significance.N_MIN_PAIRS`
+  pairs over the tasks used. `drop_model`: leave that model's cells out."""
+  rows, left_out = _drops(results, reps, "raw", "all")
+  index = {f"{r['model']}/{r['task']}": (r, d) for r, d in zip(results, reps)}
+  by_task: dict[str, list] = {}
+  for cell, drop, dreps in rows:
+    r, d = index[cell]
+    if r["model"] != drop_model:
+      by_task.setdefault(r["task"], []).append((cell, r["baseline"]["mean"], drop,
+                                                d["baseline"], dreps))
+  per_task, cols, weights, cells, small = [], [], [], [], {}
+  for task, pairs in by_task.items():
+    if len(pairs) < MIN_PAIRS_PER_TASK:
+      small[task] = [p[0] for p in pairs]
+      continue
+    x, y = np.array([[p[1], p[2]] for p in pairs]).T
+    xr, yr = np.stack([p[3] for p in pairs], 1), np.stack([p[4] for p in pairs], 1)
+    rho = float(significance.rowwise_spearman(x[None], y[None])[0])
+    r_reps = significance.rowwise_spearman(xr, yr)
+    ci = uncertainty.percentile_interval(r_reps, level)
+    per_task.append(dict(task=task, n=len(pairs), models=[p[0].split("/")[0] for p in pairs],
+                         rho=rho, ci=ci, verdict=verdict(ABOVE, 0.0, ci)))
+    cols.append(r_reps)
+    weights.append(len(pairs))
+    cells += [p[0] for p in pairs]
+  n = int(sum(weights))
+  out = dict(n=n, n_tasks=len(per_task), estimate=None, ci=None, verdict="not tested",
+             general=dict(ci=None, verdict="not tested", resampled="tasks"),
+             per_task=per_task, small_tasks=small, cells=cells, left_out=left_out,
+             without={},
+             note=f"not tested: n = {n} < {significance.N_MIN_PAIRS} pairs in tasks with "
+             f"{MIN_PAIRS_PER_TASK} or more models")
+  if n < significance.N_MIN_PAIRS:
+    return out
+  w = np.asarray(weights, np.float64)
+  reps_m = np.stack(cols, 1)
+  ci = uncertainty.percentile_interval((reps_m * w).sum(1) / w.sum(), level)
+  gen = (uncertainty.percentile_interval(over_cells(reps_m, seed, w, TASKS_STREAM), level)
+         if len(per_task) > 1 else None)
+  out.update(estimate=float(np.dot(w, [t["rho"] for t in per_task]) / w.sum()), ci=ci,
+             verdict=verdict(ABOVE, 0.0, ci), note="",
+             general=dict(ci=gen, verdict=verdict(ABOVE, 0.0, gen) if gen else
+                          "not tested", resampled="tasks"))
+  if drop_model is None:
+    models = list(dict.fromkeys(c.split("/", 1)[0] for c in cells))
+    out["without"] = {m: {k: v for k, v in within_task_correlation(
+        results, reps, level, seed, m).items() if k in ("n", "estimate", "ci", "verdict",
+                                                         "general")}
+                      for m in models} if len(models) > 1 else {}
   return out
 
 

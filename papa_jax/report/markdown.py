@@ -36,9 +36,12 @@ def jsonable(x):
 
 
 def number(v, pct: bool = False) -> str:
+  """A score (4 decimals) or a percentage (2); "–" when undefined; never "-0.00"."""
   if v is None or (isinstance(v, float) and not math.isfinite(v)):
     return "–"
-  return f"{100 * v:.2f}%" if pct else f"{v:.4f}"
+  out = f"{100 * v:.2f}" if pct else f"{v:.4f}"
+  out = out[1:] if out.startswith("-") and out.lstrip("-0.") == "" else out
+  return out + "%" if pct else out
 
 
 def _score(c: dict | None) -> str:
@@ -97,7 +100,8 @@ def _multiplicity(report: dict, lv: str) -> list[str]:
   return [
       f"**How many intervals.** report.md prints {sum(n.values())} {lv} intervals: "
       f"{n['relative_drops']} relative drops (main table), {n['averages']} per-model "
-      f"averages, {n.get('claims', 0)} averages over all cells (the paper's claims), "
+      f"averages, {n.get('claims', 0)} intervals of the paper's claims (two each), "
+      f"{n.get('within_task', 0)} per-task correlations, "
       f"{n['baseline_vs_constant']} baseline − constant differences, "
       f"{n['correlation']} rank correlations and {n['controls']} control differences. Each "
       f"is a per-interval statement: of many drops that are truly 0, about "
@@ -124,26 +128,49 @@ def _multiplicity(report: dict, lv: str) -> list[str]:
       "is <= 0 on the dev set or in any resample is *undefined*, never within noise."]
 
 
+def _interval(ci, pct: bool) -> str:
+  return "–" if ci is None else f"[{number(ci[0], pct)}, {number(ci[1], pct)}]"
+
+
 def claims_table(report: dict) -> list[str]:
   """The paper's three claims (Hassid et al., Findings of EMNLP 2022), each with its
-  estimate on the informative cells, interval, n and verdict (`report_claims.claims`)."""
+  estimate on the informative cells, n, and two intervals with their verdicts
+  (`report_claims.claims`); then the correlation per task and across tasks."""
   lv = f"{100 * report['settings']['level']:.0f}%"
   lines = [
       "What Hassid et al. (Findings of EMNLP 2022) report, tested on the informative cells "
       "with PAPA's constants: *supported* when the interval agrees with the claim and "
       "excludes the alternative (0 for the 8% drop, a drop of 2% or more for 'almost none', "
       "rho <= 0 for the correlation), *contradicted* when it excludes the claim, *within "
-      "noise* when it cannot tell. The averages weigh every cell alike; their intervals "
-      "average the per-replicate drops.", "",
-      f"| claim | measured as | n cells | estimate [{lv}] | verdict | left out (besides "
-      "uninformative cells) |", "|---|---|---|---|---|---|"]
+      "noise* when it cannot tell. Two intervals each: *given these cells* resamples dev "
+      "examples and probe seeds within each (model, task) cell; *over cells* resamples the "
+      "cells too (for the correlation, the tasks), then examples and seeds within each: "
+      "whether the verdict would hold for other models and tasks like these. The averages "
+      "weigh every cell alike. The correlation is Spearman's rho within each task, pooled "
+      "over tasks.", "",
+      f"| claim | measured as | n | estimate | given these cells [{lv}] | verdict | over cells "
+      f"[{lv}] | verdict | left out (besides uninformative cells) |",
+      "|---|---|---|---|---|---|---|---|---|"]
   for c in report.get("claims", []):
-    pct = c["percent"]
-    est = "–" if c["estimate"] is None else number(c["estimate"], pct) + (
-        "" if c["ci"] is None else f" [{number(c['ci'][0], pct)}, {number(c['ci'][1], pct)}]")
+    pct, g = c["percent"], c["general"]
     verdict = c["note"] if c["verdict"] == "not tested" and c.get("note") else c["verdict"]
-    lines.append(f"| {c['claim']} | {c['measure']} | {c['n']} | {est} | **{verdict}** | "
-                 f"{'; '.join(c.get('left_out', [])) or '–'} |")
+    lines.append(f"| {c['claim']} | {c['measure']} | {c['n']} | {number(c['estimate'], pct)} "
+                 f"| {_interval(c['ci'], pct)} | **{verdict}** | {_interval(g['ci'], pct)} | "
+                 f"**{g['verdict']}** | {'; '.join(c.get('left_out', [])) or '–'} |")
+    if c.get("per_task") or c.get("small_tasks"):
+      small = "; ".join(f"{t} ({len(v)})" for t, v in c.get("small_tasks", {}).items())
+      lines += ["", "Better models lose more, per task (Spearman's rho of baseline against "
+                f"relative drop over the task's models, {lv} interval given the cells): "
+                + ("; ".join(f"{t['task']} {number(t['rho'])} {_interval(t['ci'], False)}, "
+                             f"n = {t['n']} ({t['verdict']})" for t in c["per_task"]) or "none")
+                + "." + (f" Tasks with fewer than 3 informative models (left out): {small}."
+                         if small else "")]
+    if "across_tasks" in c:
+      x = c["across_tasks"]
+      said = x["note"] if x["verdict"] == "not tested" and x["note"] else x["verdict"]
+      lines += ["", "Secondary, pooled across tasks (mostly differences between tasks and "
+                f"their metrics): rho {number(x['estimate'])} {_interval(x['ci'], False)}, "
+                f"n = {x['n']} ({said})."]
   return lines
 
 
