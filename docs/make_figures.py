@@ -1,13 +1,15 @@
 """Regenerates figures of docs/figures/ from recorded workdirs, each naming its commit.
 
-  python docs/make_figures.py --quickstart WORKDIR [--out docs/figures]
+  python docs/make_figures.py [--quickstart WORKDIR] [--stages WORKDIR ...] [--out docs/figures]
 
 From a finished quickstart workdir (`configs/quickstart.py`) it writes `explorer.png` (the
 explorer page of the workdir, built now and shot full-page in headless Chromium) and
-`quickstart_papa_curve.png` (the workdir's own PAPA curve). Every figure gets a footer line
-naming the papa-jax commit that drew it and the workdir's model, task and size, and the same
-text as the PNG's "Source" metadata. The suite's figures (`minilm_*`, `suite_curves.png`) come
-from their suite workdirs' reports (docs/results.md says which).
+`quickstart_papa_curve.png` (the workdir's own PAPA curve). From each `--stages` workdir it
+copies the figures its analysis stages drew that docs/results.md shows (`STAGE_FIGURES`; the
+commands that made them are there). Every figure gets a footer line naming the papa-jax commit
+that drew it and the workdir's model, task and size, and the same text as the PNG's "Source"
+metadata. Not drawn here: the controls' and the suite's figures (`minilm_*_controls.png`,
+`minilm_sst2_mixing_agreement.png`, `suite_curves.png`, from their reports).
 """
 
 from __future__ import annotations
@@ -27,6 +29,18 @@ from papa_jax.explorer import chromium, write_explorer  # pylint: disable=wrong-
 from papa_jax.plotting import pyplot  # pylint: disable=wrong-import-position
 
 
+# (stage, file the stage writes) -> the docs/figures/ name docs/results.md uses.
+STAGE_FIGURES = {
+    ("effective", "mass_heatmaps.png"): "minilm_sst2_mass_heatmaps.png",
+    ("effective", "example_attention.png"): "minilm_sst2_example_attention.png",
+    ("finetune", "cosine.png"): "minilm_finetune_cosine.png",
+    ("linguistic", "cls_mass.png"): "minilm_conll_cls_mass.png",
+    ("ablation", "score_change.png"): "minilm_sst2_ablation.png",
+    ("mixing", "layers.png"): "minilm_sst2_mixing_layers.png",
+    ("mixing", "heads.png"): "minilm_sst2_mixing_heads.png",
+}
+
+
 def commit() -> str:
   """The short git revision of this checkout, "-dirty" when it has changes."""
   run = lambda *a: subprocess.run(["git", *a], cwd=ROOT, capture_output=True, text=True,
@@ -42,6 +56,14 @@ def source(workdir: str) -> str:
   return (f"papa-jax {commit()} · {convert.short_name(cfg['model']['name'])} · {d['task']} · "
           f"{d['max_train_examples']} train / {d['max_eval_examples']} dev examples (-1: all), "
           f"L = {d['max_length']}")
+
+
+def stage_figures(workdir: str, out: str) -> list[str]:
+  """The `STAGE_FIGURES` that `workdir`'s stages drew, stamped into `out`."""
+  found = {os.path.join(workdir, stage, name): dst for (stage, name), dst in
+           STAGE_FIGURES.items() if os.path.exists(os.path.join(workdir, stage, name))}
+  text = source(workdir) if found else ""
+  return [stamp(src, os.path.join(out, dst), text) for src, dst in found.items()]
 
 
 def stamp(src: str, dst: str, text: str) -> str:
@@ -92,16 +114,27 @@ def _shoot(browser, page_path: str, shot: str) -> None:
 def main(argv: list[str] | None = None, browser=None) -> list[str]:
   """Writes the figures (see the module docstring); `browser`: a running Playwright browser."""
   p = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
-  p.add_argument("--quickstart", required=True, help="a finished quickstart workdir")
+  p.add_argument("--quickstart", help="a finished quickstart workdir")
+  p.add_argument("--stages", nargs="*", default=[],
+                 help="workdirs whose analysis stages drew figures of docs/results.md")
   p.add_argument("--out", default=os.path.join(ROOT, "docs", "figures"))
   p.add_argument("--chromium", help="Chromium's path (default: $PAPA_CHROMIUM, the PATH)")
   a = p.parse_args(argv)
-  text = source(a.quickstart)
+  if not a.quickstart and not a.stages:
+    p.error("give --quickstart WORKDIR, --stages WORKDIR ..., or both")
   os.makedirs(a.out, exist_ok=True)
-  written = [stamp(os.path.join(a.quickstart, "papa_curve.png"),
-                   os.path.join(a.out, "quickstart_papa_curve.png"), text),
-             explorer_png(a.quickstart, os.path.join(a.out, "explorer.png"), text, a.chromium,
-                          browser)]
+  written = []
+  if a.quickstart:
+    text = source(a.quickstart)
+    written += [stamp(os.path.join(a.quickstart, "papa_curve.png"),
+                      os.path.join(a.out, "quickstart_papa_curve.png"), text),
+                explorer_png(a.quickstart, os.path.join(a.out, "explorer.png"), text,
+                             a.chromium, browser)]
+  for wd in a.stages:
+    found = stage_figures(wd, a.out)
+    if not found:
+      p.error(f"{wd} holds none of the stage figures docs/results.md shows")
+    written += found
   for path in written:
     print(path)
   return written
