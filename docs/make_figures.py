@@ -49,21 +49,28 @@ def commit() -> str:
   return rev + ("-dirty" if run("status", "--porcelain", "--untracked-files=no") else "")
 
 
-def source(workdir: str) -> str:
-  """The footer: commit, model, task and train/dev sizes of `workdir`."""
+def source(workdir: str, rev: str | None = None) -> str:
+  """The footer: commit (`rev`, else this checkout's), model, task and train/dev sizes of
+  `workdir`."""
   cfg = json.load(open(os.path.join(workdir, "config.json"), encoding="utf-8"))
   d = cfg["data"]
-  return (f"papa-jax {commit()} · {convert.short_name(cfg['model']['name'])} · {d['task']} · "
+  return (f"papa-jax {rev or commit()} · {convert.short_name(cfg['model']['name'])} · {d['task']} · "
           f"{d['max_train_examples']} train / {d['max_eval_examples']} dev examples (-1: all), "
           f"L = {d['max_length']}")
 
 
 def stage_figures(workdir: str, out: str) -> list[str]:
-  """The `STAGE_FIGURES` that `workdir`'s stages drew, stamped into `out`."""
-  found = {os.path.join(workdir, stage, name): dst for (stage, name), dst in
-           STAGE_FIGURES.items() if os.path.exists(os.path.join(workdir, stage, name))}
-  text = source(workdir) if found else ""
-  return [stamp(src, os.path.join(out, dst), text) for src, dst in found.items()]
+  """The `STAGE_FIGURES` that `workdir`'s stages drew, stamped into `out` with the commit that
+  drew them (the stage's stats.json `git_revision`)."""
+  out_paths = []
+  for (stage, name), dst in STAGE_FIGURES.items():
+    src = os.path.join(workdir, stage, name)
+    if os.path.exists(src):
+      stats = json.load(open(os.path.join(workdir, stage, "stats.json"), encoding="utf-8"))
+      rev = stats.get("git_revision", "unknown")
+      rev = rev[:7] + ("-dirty" if rev.endswith("-dirty") else "")
+      out_paths.append(stamp(src, os.path.join(out, dst), source(workdir, rev)))
+  return out_paths
 
 
 def stamp(src: str, dst: str, text: str) -> str:

@@ -20,14 +20,16 @@ def _script():
 
 
 def test_stage_figures_are_stamped_under_their_docs_names(tmp_path, monkeypatch):
-  """A workdir's mixing figures become minilm_sst2_mixing_{layers,heads}.png with the commit,
-  model, task and sizes as footer and Source metadata; a workdir with none is refused."""
+  """A workdir's mixing figures become minilm_sst2_mixing_{layers,heads}.png with the commit
+  that drew them (the stage's), model, task and sizes as footer and Source metadata; a
+  workdir with none is refused."""
   from PIL import Image  # pylint: disable=import-outside-toplevel
   from papa_jax.plotting import pyplot  # pylint: disable=import-outside-toplevel
   make_figures = _script()
   monkeypatch.setattr(make_figures, "commit", lambda: "abc1234")
   wd = tmp_path / "wd"
   (wd / "mixing").mkdir(parents=True)
+  (wd / "mixing" / "stats.json").write_text(json.dumps(dict(git_revision="fedcba9876-dirty")))
   (wd / "config.json").write_text(json.dumps(dict(
       model=dict(name="sentence-transformers/all-MiniLM-L6-v2"),
       data=dict(task="sst2", max_train_examples=4000, max_eval_examples=-1, max_length=64))))
@@ -42,7 +44,7 @@ def test_stage_figures_are_stamped_under_their_docs_names(tmp_path, monkeypatch)
   assert sorted(os.path.basename(p) for p in written) == [
       "minilm_sst2_mixing_heads.png", "minilm_sst2_mixing_layers.png"]
   with Image.open(written[0]) as im:
-    assert im.info["Source"] == ("papa-jax abc1234 · minilm · sst2 · 4000 train / -1 dev "
+    assert im.info["Source"] == ("papa-jax fedcba9-dirty · minilm · sst2 · 4000 train / -1 dev "
                                  "examples (-1: all), L = 64")
   with pytest.raises(SystemExit):
     make_figures.main(["--stages", str(tmp_path / "figs"), "--out", str(out)])
