@@ -152,7 +152,7 @@ def load_experiment(path: str, model: str | None = None) -> report.Experiment:
 
 def report_from_workdirs(paths: Sequence[str], out_dir: str, *,
                          n_boot: int = uncertainty.N_BOOT, seed: int = 0,
-                         level: float = 0.95) -> dict[str, str]:
+                         level: float = 0.95, seed_pairing: str = "paired") -> dict[str, str]:
   """The PAPA report over finished workdirs (one experiment each)."""
   experiments = []
   for p in paths:
@@ -161,7 +161,8 @@ def report_from_workdirs(paths: Sequence[str], out_dir: str, *,
     experiments.append(load_experiment(p, model))
   if not experiments:
     raise ConfigError("No finished experiment (results.json) to report on.")
-  return report.write_report(experiments, out_dir, n_boot=n_boot, seed=seed, level=level)
+  return report.write_report(experiments, out_dir, n_boot=n_boot, seed=seed, level=level,
+                             seed_pairing=seed_pairing)
 
 
 def write(config: ml_collections.ConfigDict, path: str) -> dict:
@@ -175,6 +176,6 @@ def write(config: ml_collections.ConfigDict, path: str) -> dict:
                       ", ".join(os.path.basename(m) for m in missing))
   r = config.report
   paths = report_from_workdirs(done, Layout(path).report_dir, n_boot=r.n_boot,
-                               seed=r.seed, level=r.level)
+                               seed=r.seed, level=r.level, seed_pairing=r.seed_pairing)
   logging.info("report over %d experiments -> %s", len(done), paths["md"])
   return paths

@@ -343,12 +343,12 @@ def paired_bootstrap(task, labels: np.ndarray, baseline, treatment, *, n_boot: i
   """Paired bootstrap of the drop from `baseline` to `treatment`.
 
   Each replicate draws N dev examples with replacement (the same ones for both
-  conditions), and, independently per condition, S seeds with replacement;
-  each condition's score is its metric averaged over the drawn seeds. Seeds
-  are not paired, even when both conditions used the same seed numbers: a
-  shared seed (same probe initialisation and batch order) could only make
-  the two conditions' seed noise agree, so independent resampling errs on
-  the wide side.
+  conditions), and S seeds with replacement per condition from its `streams`
+  entry; each condition's score is its metric averaged over the drawn seeds.
+  Equal streams draw the same seed positions for both conditions (seed
+  pairing: right when the conditions ran with the same seeds, since a seed
+  fixes a probe's initialisation, data order and dropout; the report's
+  default); different streams resample them independently (wider).
 
   Args:
     baseline, treatment: per-seed predictions (`{seed: array}` or sequence);

@@ -100,14 +100,23 @@ def test_json_table_values(written):
 
 
 def test_intervals_are_the_paired_bootstrap(written):
+  """Seeds paired by default (the conditions ran the same seeds: one seed stream); with
+  seed_pairing="independent", each condition its own stream."""
   _, js, _ = written
   sst2 = js["experiments"][0]
   exp = experiments()[0]
-  want = uncertainty.paired_bootstrap(
+  assert js["settings"]["seed_pairing"] == "paired"
+  want = lambda streams: uncertainty.paired_bootstrap(
       exp.task, exp.labels, exp.predictions[("raw", 0)], exp.predictions[("raw", 4)], n_boot=200,
-      seed=uncertainty.task_seed(0, "sst2"), streams=(0, report.condition_stream("raw", 4)))
-  assert tuple(sst2["summary"][0]["all"]["relative_drop_ci"]) == want["relative_drop_ci"]
-  assert sst2["summary"][0]["all"]["within_noise"] == want["within_noise"]
+      seed=uncertainty.task_seed(0, "sst2"), streams=streams)
+  paired, apart = want((0, 0)), want((0, report.condition_stream("raw", 4)))
+  assert paired["relative_drop_ci"] != apart["relative_drop_ci"]
+  assert tuple(sst2["summary"][0]["all"]["relative_drop_ci"]) == paired["relative_drop_ci"]
+  assert sst2["summary"][0]["all"]["within_noise"] == paired["within_noise"]
+  assert sst2["summary"][0]["all"]["seeds_paired"] is True
+  other = report.analyse([exp], n_boot=200, seed_pairing="independent")
+  assert tuple(other["experiments"][0]["summary"][0]["all"]["relative_drop_ci"]) == apart[
+      "relative_drop_ci"]
 
 
 def test_markdown_rows(written):

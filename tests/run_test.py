@@ -128,6 +128,8 @@ def test_invalid_config_values_fail_fast(tmp_path):
     run.run(tiny_config(tmp_path, stage="everything"), str(tmp_path / "d"))
   with pytest.raises(run.ConfigError, match="papa.variants"):
     run.run(tiny_config(tmp_path, **{"papa.variants": ("raw", "fancy")}), str(tmp_path / "e"))
+  with pytest.raises(run.ConfigError, match="report.seed_pairing='both'"):
+    run.run(tiny_config(tmp_path, **{"report.seed_pairing": "both"}), str(tmp_path / "f"))
 
 
 @pytest.mark.integration

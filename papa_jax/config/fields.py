@@ -200,6 +200,10 @@ FIELDS: dict[str, Field | Group] = dict(
         n_boot=F(10_000, "Bootstrap resamples (over dev examples and probe seeds); >= 100."),
         seed=F(0, "Seed of the bootstrap resamples."),
         level=F(0.95, "Interval coverage, in (0.5, 1)."),
+        seed_pairing=F("paired", "How probe seeds are resampled across conditions: 'paired' "
+                       "(the same seed draws for every condition run with the same seeds: a "
+                       "seed fixes the probe's initialisation, data order and dropout in each) "
+                       "or 'independent' (a draw per condition; wider)."),
     )),
     run=G("How and where to compute.", dict(
         log_every_steps=F(100, "Log the training loss every this many steps."),

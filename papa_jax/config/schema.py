@@ -41,6 +41,8 @@ MOVED = {"effective.other_model": "finetune.other_model",
          "effective.figure_layer": "figures.layer",
          "effective.figure_head": "figures.head"}
 
+SEED_PAIRINGS = ("paired", "independent")  # report.seed_pairing
+
 
 def _build(fields: dict) -> ml_collections.ConfigDict:
   return ml_collections.ConfigDict({
@@ -272,6 +274,9 @@ def validate(config: ml_collections.ConfigDict) -> None:
     raise ConfigError("run.lease_stale_seconds must be > 0.")
   if not (config.report.n_boot >= 100 and 0.5 < config.report.level < 1):
     raise ConfigError("report.n_boot must be >= 100 and report.level in (0.5, 1).")
+  if config.report.seed_pairing not in SEED_PAIRINGS:
+    raise ConfigError(f"report.seed_pairing={config.report.seed_pairing!r}: use one of "
+                      f"{SEED_PAIRINGS}.")
   bad = set(config.ablation.kinds) - set(ABLATIONS)
   if bad or not config.ablation.kinds:
     raise ConfigError(f"ablation.kinds={tuple(config.ablation.kinds)!r}: use a non-empty "

@@ -106,9 +106,12 @@ def _seeds_of(exp: Experiment) -> tuple:
   return tuple(sorted({s for d in (exp.predictions, exp.scores) for v in d.values() for s in v}))
 
 
-def _analyse(exp: Experiment, n_boot: int, seed: int, level: float) -> tuple[dict, dict]:
+def _analyse(exp: Experiment, n_boot: int, seed: int, level: float,
+             paired_seeds: bool = True) -> tuple[dict, dict]:
   """Per-condition scores and drops of one experiment, and its baseline and drop
-  replicates: dict(baseline=[B] or None, drops={condition: [B]})."""
+  replicates: dict(baseline=[B] or None, drops={condition: [B]}). With `paired_seeds`, a
+  condition run with the baseline's seeds draws the same seeds in each replicate (stream 0):
+  seed s fixes the probe's initialisation, data order and dropout in every condition."""
   task, metric = exp.task, exp.task.headline_metric
   keys = sorted((c for c in set(exp.predictions) | set(exp.scores) if "/" not in c[0]),
                 key=lambda c: (c[1], c[0] != "raw", c[0]))  # Other orderings: report_controls.
@@ -126,11 +129,14 @@ def _analyse(exp: Experiment, n_boot: int, seed: int, level: float) -> tuple[dic
       seed=rng_seed, metric=metric))) if boot_keys else {}
   constant_reps = scored.pop("constant")[1][:, 0] if extra else None
   conds, reps = {}, {}
+  base_seeds = sorted(exp.predictions.get(base_key) or ())
   for c in keys:
     if c in scored:
       full, b = scored[c]
       seeds = sorted(exp.predictions[c])
-      reps[c] = uncertainty.seed_means(b, seed=rng_seed, stream=condition_stream(*c))
+      paired = paired_seeds and seeds == base_seeds
+      reps[c] = uncertainty.seed_means(b, seed=rng_seed,
+                                       stream=0 if paired else condition_stream(*c))
       logged = exp.scores.get(c, {})
       off = [s for s, v in zip(seeds, full) if s in logged and abs(logged[s] - v) > 1e-6]
       if off:
@@ -139,12 +145,12 @@ def _analyse(exp: Experiment, n_boot: int, seed: int, level: float) -> tuple[dic
                         "the report uses the recomputed ones.")
       src, ci = "predictions", uncertainty.percentile_interval(reps[c], level)
     else:
-      seeds = sorted(exp.scores[c])
+      seeds, paired = sorted(exp.scores[c]), None
       full, src, ci = np.array([exp.scores[c][s] for s in seeds], np.float64), "logged", None
     conds[c] = dict(variant=c[0], static_heads=c[1], fraction=c[1] / exp.total_heads,
                     fraction_label=fraction_label(c[1], exp.total_heads),
                     **uncertainty.seed_summary(full), seeds=dict(zip(seeds, full.tolist())),
-                    score_ci=ci, source=src)
+                    score_ci=ci, source=src, seeds_paired=paired)
   drops = {}
   for c, row in conds.items():
     if c == base_key or base_key is None:
@@ -320,12 +326,12 @@ def _count_intervals(results: list[dict], averages: list[dict], corr: dict,
 
 
 def analyse(experiments: Sequence[Experiment], *, n_boot: int = uncertainty.N_BOOT,
-            seed: int = 0, level: float = 0.95) -> dict:
+            seed: int = 0, level: float = 0.95, seed_pairing: str = "paired") -> dict:
   """Everything in the report, JSON-ready (NaN where undefined)."""
   names = [(e.model, e.task.name) for e in experiments]
   if len(set(names)) != len(names):
     raise ConfigError(f"Duplicate (model, task) experiments: {names}.")
-  done = [_analyse(e, n_boot, seed, level) for e in experiments]
+  done = [_analyse(e, n_boot, seed, level, seed_pairing == "paired") for e in experiments]
   controls = [c for e in experiments for c in [report_controls.analyse(
       e, rng_seed=uncertainty.task_seed(seed, e.task.name), n_boot=n_boot, level=level)]
               if c is not None]
@@ -345,9 +351,14 @@ def analyse(experiments: Sequence[Experiment], *, n_boot: int = uncertainty.N_BO
                n_control_tests=len(rows))
   return dict(
       settings=dict(n_boot=n_boot, level=level, method="percentile", seed=seed,
+                    seed_pairing=seed_pairing,
                     resampling="paired bootstrap: dev examples (sentences for tagging) with "
                     "replacement, the same for every condition of a task; probe seeds with "
-                    "replacement, independently per condition; metric recomputed per "
+                    "replacement, " + (
+                        "the same draws for every condition run with the baseline's seeds "
+                        "(a seed fixes the probe's initialisation, data order and dropout in "
+                        "each: seed pairing)" if seed_pairing == "paired" else
+                        "independently per condition") + "; metric recomputed per "
                     "resample, averaged over the drawn seeds"),
       paper_claims=list(PAPER_CLAIMS), claims=tested, experiments=results,
       model_averages=averages,
@@ -363,7 +374,7 @@ def _slug(*parts: str) -> str:
 
 def write_report(experiments: Sequence[Experiment], out_dir: str, *,
                  n_boot: int = uncertainty.N_BOOT, seed: int = 0,
-                 level: float = 0.95) -> dict[str, str]:
+                 level: float = 0.95, seed_pairing: str = "paired") -> dict[str, str]:
   """Writes report.md/.json/.csv and the figures under `out_dir`; returns their paths.
 
   Keys: "md", "json", "csv", "curves", "scatter", and "means/<model>/<task>",
@@ -371,7 +382,8 @@ def write_report(experiments: Sequence[Experiment], out_dir: str, *,
   matrices / gates / per-head maps to compare with an importance score.
   """
   storage.makedirs(out_dir)
-  report = analyse(experiments, n_boot=n_boot, seed=seed, level=level)
+  report = analyse(experiments, n_boot=n_boot, seed=seed, level=level,
+                   seed_pairing=seed_pairing)
   paths = {k: os.path.join(out_dir, f) for k, f in (
       ("md", "report.md"), ("json", "report.json"), ("csv", "report.csv"))}
   figures = {"curves": os.path.join(out_dir, "curves.png"),
