@@ -91,7 +91,7 @@ def _fmt(v, std=None, pct=False) -> str:
   if v is None or not np.isfinite(v):
     return "–"
   if pct:
-    return f"{100 * v:.1f}%"
+    return f"{100 * v + 0.0:.1f}%".replace("-0.0%", "0.0%")  # Never "-0.0%".
   return f"{v:.4f}" + (f" ± {std:.4f}" if std is not None else "")
 
 

@@ -409,3 +409,12 @@ def test_within_task_correlation_equals_scipy_per_task_pooled_by_pairs():
   assert got["n"] == 12 and got["n_tasks"] == 3 and got["general"]["resampled"] == "tasks"
   assert got["verdict"] == "supported"  # The drop rises with the baseline in every task.
   assert set(got["without"]) == {"m0", "m1", "m2", "m3", "m4"}
+
+
+def test_no_number_prints_as_negative_zero():
+  """A bound of -0.00001 is "0.00%", not "-0.00%" (which reads as a sign without a value)."""
+  from papa_jax import results  # pylint: disable=import-outside-toplevel
+  from papa_jax.report.markdown import number  # pylint: disable=import-outside-toplevel
+  assert [number(-1e-7, True), number(-1e-9), number(-0.012, True), number(-0.5)] == [
+      "0.00%", "0.0000", "-1.20%", "-0.5000"]
+  assert results._fmt(-1e-5, pct=True) == "0.0%"  # pylint: disable=protected-access
