@@ -10,11 +10,11 @@ they read.
 from __future__ import annotations
 
 from papa_jax.analysis import ablation, effective_stats, finetune, linguistic, mixing_stats
-from papa_jax.papa import means, ordering_stage, probe, sort
+from papa_jax.papa import means, optimal, ordering_stage, probe, sort
 from papa_jax.stage import Stage
 
 STAGES: tuple[Stage, ...] = (
-    means.STAGE, sort.STAGE, ordering_stage.STAGE, probe.STAGE,
+    means.STAGE, optimal.STAGE, sort.STAGE, ordering_stage.STAGE, probe.STAGE,
     effective_stats.STAGE, finetune.STAGE, linguistic.STAGE, ablation.STAGE,
     mixing_stats.STAGE,
 )

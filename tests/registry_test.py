@@ -26,7 +26,7 @@ STAGES = {s.name: s for s in registry.STAGES}
 # What each stage's plan reads when the analysis split is `train`: only the PAPA
 # stages read the evaluation split (dev.tsv). Written out here, not derived, so a
 # new stage must be added by hand.
-READS_DEV = {"means": False, "sort": True, "orderings": True, "probe": True, "effective": False,
+READS_DEV = {"means": False, "optimal": True, "sort": True, "orderings": True, "probe": True, "effective": False,
              "finetune": False, "linguistic": False, "ablation": False, "mixing": False}
 
 
@@ -39,15 +39,18 @@ def test_registry_record_is_consistent(name):
   assert all(n in STAGES for n in s.needs)
   plan = [p.name for p in registry.plan(name)]
   assert plan[-1] == name and set(s.needs) <= set(plan[:-1])
-  for p in s.writes:  # A stage writes into its folder (the probe stage also results.json).
-    assert p.startswith(name + "/") or (name, p) == ("probe", "results.json"), p
+  for p in s.writes:  # A stage writes into its folder (the probe stage also results.json,
+    # the optimal constants' stage its means file beside the other constants').
+    assert p.startswith(name + "/") or (name, p) in (
+        ("probe", "results.json"), ("optimal", "means/means_optimal.npz")), p
   assert all(registry.finished_outputs()[p] == s.groups for p in s.writes)
   assert name in registry.names() and name in registry.output_dirs()
 
 
 @pytest.mark.unit
 def test_registry_all_is_the_papa_pipeline_and_names_are_unique():
-  assert [s.name for s in registry.plan("all")] == ["means", "sort", "orderings", "probe"]
+  assert [s.name for s in registry.plan("all")] == ["means", "optimal", "sort", "orderings",
+                                                     "probe"]
   assert len(registry.STAGES) == len(STAGES) == len(READS_DEV)
 
 

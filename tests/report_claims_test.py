@@ -9,6 +9,7 @@ import pytest
 from papa_jax import significance, uncertainty
 from papa_jax.measures import rank_agreement
 from papa_jax.report import build as report
+from papa_jax.report import caveats as report_caveats
 from papa_jax.data.tasks import get_task
 
 pytestmark = pytest.mark.unit
@@ -311,7 +312,7 @@ def test_leave_one_model_out_drop_claims():
   assert {m: w["verdict"] for m, w in got[0]["without"].items()} == {
       "m0.08": "contradicted", "m0.3": "supported"}
   assert got[0]["without"]["m0.3"]["estimate"] == pytest.approx(0.08)
-  text = report._leave_one_model_out(got)[0]  # pylint: disable=protected-access
+  text = report_caveats._leave_one_model_out(got)[0]  # pylint: disable=protected-access
   assert text.startswith("Leaving one model out: 'All heads constant: about 8% average "
                          "relative drop.' is contradicted with all models; without m0.3, "
                          "supported (1 cells: 8.00% [")

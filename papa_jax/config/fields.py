@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Union
 
-VARIANTS = ("raw", "effective", "uniform", "row_mean", "compressed")  # papa/constants.py
+VARIANTS = ("raw", "effective", "uniform", "row_mean", "compressed", "optimal")  # papa/constants.py
 FEATURE_DTYPES = ("float32", "bfloat16")
 ABLATIONS = ("uniform", "constant", "effective")
 ORDERINGS = ("lambda", "random", "entropy", "variance", "kl", "gradient", "ablation")
@@ -116,8 +116,9 @@ FIELDS: dict[str, Field | Group] = dict(
         fractions=F((0.0, 0.5, 0.875, 0.9375, 1.0), "Fractions of all heads made constant, "
                     "taken in sorted order (0.0 is the baseline)."),
         variants=F(("raw",), "Constants (papa/constants.py): raw (PAPA's mean), effective "
-                   "(its mean of effective attention), and the controls uniform, row_mean, "
-                   "compressed. raw is always run."),
+                   "(its mean of effective attention), the controls uniform, row_mean, "
+                   "compressed, and optimal (the loss-optimal constant, fitted with a probe: "
+                   "papa/optimal.py). raw is always run."),
         seeds=F((42,), "Probe seeds: every run (the baseline too) is repeated per seed."),
         orderings=F(("lambda",), "Head orderings (papa/orderings.py): lambda (PAPA's gates), "
                     "random, entropy, variance, kl, gradient, ablation. Every variant runs "

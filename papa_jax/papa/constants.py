@@ -12,7 +12,10 @@ masks with an example's `m_i m_j` and L1-renormalises over its real keys:
   * "compressed": the mean compressed to `P(i, j) ∝ exp(a(j) + r(i - j))`, an
     absolute-position and a relative-offset term per head, fitted to the raw
     mean's rows by weighted cross-entropy (the control for how much of the mean's
-    structure beyond position matters).
+    structure beyond position matters);
+  * "optimal": the loss-optimal constant, free logits per static head started at
+    the log of the raw mean and trained with a probe on the task's train split
+    (`papa/optimal.py`): the lower bound beside PAPA's upper one.
 
 Local (windowed) layers (`EncoderConfig.local_window`, ModernBERT): the layer
 multiplies any constant by its window `|i - j| <= local_window` before the
@@ -34,7 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-VARIANTS = ("raw", "effective", "uniform", "row_mean", "compressed")
+VARIANTS = ("raw", "effective", "uniform", "row_mean", "compressed", "optimal")
 FROM_A_PASS = ("raw", "effective")  # Computed by their own means pass.
 
 

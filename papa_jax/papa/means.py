@@ -48,7 +48,8 @@ from papa_jax.stage import Setup, Stage
 
 FORMAT = "papa-jax-means/1"
 ATTENTION_KINDS = ("raw", "effective")  # The attention a means pass averages.
-FILE_VARIANTS = ("raw", "effective", "row_mean", "compressed")  # Variants with a means file.
+COMPUTED = ("raw", "effective", "row_mean", "compressed")  # The means stage's variants.
+FILE_VARIANTS = COMPUTED + ("optimal",)  # Variants with a means file (optimal: papa/optimal.py).
 # What the raw pass adds beside `sums` (see the module docstring).
 EXTRAS = ("sums_sq", "sums_xlogx", "row_sums", "row_counts")
 
@@ -310,8 +311,8 @@ def _derived(setup: Setup, variant: str) -> tuple[MeansState, np.ndarray, dict]:
 def _run(setup: Setup) -> None:
   for variant in setup.variants:
     path = setup.layout.means(variant)
-    if variant not in FILE_VARIANTS:
-      continue  # Uniform: no file.
+    if variant not in COMPUTED:
+      continue  # Uniform: no file; optimal: its own stage.
     if storage.exists(path):
       load_checked(setup, variant)
       logging.info("means (%s): %s exists; skipping.", variant, path)

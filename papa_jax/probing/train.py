@@ -50,6 +50,9 @@ class FrozenEncoder:
     dropout: keep the encoder's dropout on while training (as the paper does).
     feature_dtype: dtype of the features fed to the probe ("float32" or
       "bfloat16"; the dtype of cached features).
+    fit_constants: train the static heads' constants as free logits (the
+      loss-optimal constant, `papa/constants.py`), starting from the log of the
+      override's constants.
   """
 
   params: Any
@@ -57,14 +60,28 @@ class FrozenEncoder:
   config: EncoderConfig = dataclasses.field(metadata=dict(static=True))
   dropout: bool = dataclasses.field(default=False, metadata=dict(static=True))
   feature_dtype: str = dataclasses.field(default="float32", metadata=dict(static=True))
+  fit_constants: bool = dataclasses.field(default=False, metadata=dict(static=True))
 
   @property
   def gated(self) -> bool:
     return self.override is not None and self.override.gate_logits is not None
 
-  def features(self, batch: dict, *, train: bool, rng=None, gates: Array | None = None) -> Array:
-    """Stacked hidden states `[B, K, L, D]` in `feature_dtype`."""
+  def trainable(self) -> dict[str, Array]:
+    """The override's arrays a fit trains beside the probe (their gradient runs through the
+    encoder): PAPA's gates (from 0), or the constants' logits (from log of the constants)."""
+    if self.gated:
+      return {"gates": jnp.zeros(self.override.gate_logits.shape, jnp.float32)}
+    if self.fit_constants:
+      return {"constant_logits": constant_logits(self.override.constants)}
+    return {}
+
+  def features(self, batch: dict, *, train: bool, rng=None, gates: Array | None = None,
+               constant_logits: Array | None = None) -> Array:
+    """Stacked hidden states `[B, K, L, D]` in `feature_dtype`; `gates` or `constant_logits`
+    (`trainable`) replace the override's."""
     override = self.override if gates is None else self.override.with_gates(gates)
+    if constant_logits is not None:
+      override = dataclasses.replace(override, constants=jax.nn.softmax(constant_logits, -1))
     deterministic = not (train and self.dropout)
     out = Encoder(self.config).apply(
         {"params": self.params}, batch["input_ids"], batch["attention_mask"],
@@ -83,22 +100,27 @@ def make_optimizer(cfg, gate_learning_rate: float | None = None) -> optax.Gradie
                        weight_decay=cfg.weight_decay)
   if gate_learning_rate is None:
     inner = adamw(cfg.learning_rate)
-  else:
+  else:  # The override's trainable arrays (gates or constant logits) get their own rate.
     inner = optax.multi_transform(
-        {"probe": adamw(cfg.learning_rate), "gates": adamw(gate_learning_rate)},
-        lambda params: {k: k for k in params})
+        {"probe": adamw(cfg.learning_rate), "override": adamw(gate_learning_rate)},
+        lambda params: {k: "probe" if k == "probe" else "override" for k in params})
   if cfg.grad_clip_norm > 0:
     return optax.chain(optax.clip_by_global_norm(cfg.grad_clip_norm), inner)
   return inner
+
+
+def constant_logits(constants: Array) -> Array:
+  """Logits whose row softmax, masked and renormalised like every constant, is the constant
+  itself: the log, with never-seen cells (0) at log(1e-30), effectively 0 mass."""
+  return jnp.log(jnp.maximum(jnp.asarray(constants, jnp.float32), 1e-30))
 
 
 def init_state(probe: nn.Module, encoder: FrozenEncoder, tx, seed: int,
                max_length: int) -> TrainState:
   k, l, d = encoder.feature_shape(max_length)
   dummy = jnp.zeros((1, k, l, d), jnp.float32)
-  params = {"probe": probe.init(jax.random.key(seed), dummy, jnp.ones((1, l)))["params"]}
-  if encoder.gated:
-    params["gates"] = jnp.zeros(encoder.override.gate_logits.shape, jnp.float32)
+  params = {"probe": probe.init(jax.random.key(seed), dummy, jnp.ones((1, l)))["params"],
+            **encoder.trainable()}
   return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params))
 
 
@@ -118,9 +140,10 @@ def make_train_step(probe: nn.Module, tx, seed: int) -> Callable:
 
   def step(state: TrainState, batch, encoder: FrozenEncoder):
     enc_rng, probe_rng = jax.random.split(jax.random.fold_in(base, state.step))
-    if "gates" in state.params:  # Head sorting: the gates' gradient runs through the encoder.
+    if len(state.params) > 1:  # Gates or constants: their gradient runs through the encoder.
       def loss(trainable):
-        feats = encoder.features(batch, train=True, rng=enc_rng, gates=trainable["gates"])
+        feats = encoder.features(batch, train=True, rng=enc_rng,
+                                 **{k: v for k, v in trainable.items() if k != "probe"})
         return probe_loss(trainable["probe"], feats, batch, probe_rng)
       value, grads = jax.value_and_grad(loss)(state.params)
     else:  # The encoder's forward pass stays outside the differentiated function.
@@ -136,7 +159,8 @@ def make_train_step(probe: nn.Module, tx, seed: int) -> Callable:
 
 def make_eval_step(probe: nn.Module) -> Callable:
   def step(params, batch, encoder: FrozenEncoder):
-    feats = _inputs(encoder, batch, train=False, gates=params.get("gates"))
+    feats = _inputs(encoder, batch, train=False,
+                    **{k: v for k, v in params.items() if k != "probe"})
     return probe.apply({"params": params["probe"]}, feats, batch["attention_mask"],
                        deterministic=True)
   return step

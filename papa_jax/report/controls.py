@@ -9,6 +9,8 @@ or constant choices (`papa.variants`), `analyse` gives:
     paired-bootstrap interval of `score(ordering) - score(random)`;
   * vs_uniform: per fraction, the interval of `score(mean) - score(uniform)`
     (and of the other constants against uniform), with PAPA's ordering;
+  * vs_optimal: the same against the loss-optimal constant (`papa/optimal.py`):
+    how far PAPA's mean and uniform attention fall short of the best constant;
   * spearman: the rank correlation of every two orderings (with p-values);
   * sentences saying, per comparison, whether one beats the other or the
     difference is within noise (its interval contains 0).
@@ -29,7 +31,8 @@ from papa_jax import significance, uncertainty
 from papa_jax.report.markdown import fraction_label
 
 RANDOM = "random"
-CONTROL_VARIANTS = ("uniform", "row_mean", "compressed")  # papa/constants.py
+CONTROL_VARIANTS = ("uniform", "row_mean", "compressed", "optimal")  # papa/constants.py
+REFERENCES = ("uniform", "optimal")  # Every other constant is compared with each present.
 
 def _split(condition: str) -> tuple[str, str]:
   """`results.condition`'s name back into (variant, ordering)."""
@@ -130,14 +133,20 @@ def analyse(exp, *, rng_seed: int, n_boot: int = uncertainty.N_BOOT,
                        static_heads=k, fraction_label=fraction_label(k, total))
                for o in orderings if o != RANDOM for k in interior
                if get("raw", o, k) and get("raw", RANDOM, k)]
-  vs_uniform = [compare(get(v, "lambda", k), get("uniform", "lambda", k), v, "uniform",
-                        variant=v, static_heads=k, fraction_label=fraction_label(k, total))
-                for v in variants if v != "uniform" for k in ks if k > 0
-                if get(v, "lambda", k) and get("uniform", "lambda", k)]
+  against = {ref: [compare(get(v, "lambda", k), get(ref, "lambda", k), v, ref, variant=v,
+                           static_heads=k, fraction_label=fraction_label(k, total))
+                   for v in variants if v != ref for k in ks if k > 0
+                   if get(v, "lambda", k) and get(ref, "lambda", k)] for ref in REFERENCES}
   return dict(model=exp.model, task=task.name, metric=metric, total_heads=total,
               orderings=orderings, variants=variants, curves=curves, vs_random=vs_random,
-              vs_uniform=vs_uniform, spearman=spearman(exp.orderings or {}),
-              sentences=sentences(vs_random, vs_uniform))
+              vs_uniform=against["uniform"], vs_optimal=against["optimal"],
+              spearman=spearman(exp.orderings or {}),
+              sentences=sentences(vs_random, against["uniform"], against["optimal"]))
+
+
+def comparisons(control: dict) -> list[dict]:
+  """Every comparison of an experiment's controls (one Holm family over the report)."""
+  return control["vs_random"] + control["vs_uniform"] + control.get("vs_optimal", [])
 
 
 def spearman(rankings: dict[str, list]) -> list[dict]:
@@ -158,10 +167,13 @@ def spearman(rankings: dict[str, list]) -> list[dict]:
   return out
 
 
-def sentences(vs_random: list[dict], vs_uniform: list[dict]) -> list[str]:
-  """One sentence per question: each ordering against random, each constant against uniform."""
+def sentences(vs_random: list[dict], vs_uniform: list[dict],
+              vs_optimal: list[dict] = ()) -> list[str]:
+  """One sentence per question: each ordering against random, each constant against uniform
+  and against the loss-optimal constant."""
   out = []
-  for key, rows, what in (("ordering", vs_random, "random"), ("variant", vs_uniform, "uniform")):
+  for key, rows, what in (("ordering", vs_random, "random"), ("variant", vs_uniform, "uniform"),
+                          ("variant", vs_optimal, "optimal")):
     for name in dict.fromkeys(r[key] for r in rows):
       mine = [r for r in rows if r[key] == name]
       parts = [f"{r['fraction_label']}: {r['diff']:+.4f} [{r['ci'][0]:+.4f}, {r['ci'][1]:+.4f}] "

@@ -301,7 +301,9 @@ def _controls(controls: list[dict], lv: str, nb: int) -> list[str]:
       lines.append(f"| {key[0]} | {key[1]} | " + " | ".join(cell(by.get(lb)) for lb in labels)
                    + " |")
     for title, rows, col in (("against random", c["vs_random"], "ordering"),
-                             ("against uniform (PAPA's ordering)", c["vs_uniform"], "variant")):
+                             ("against uniform (PAPA's ordering)", c["vs_uniform"], "variant"),
+                             ("against the loss-optimal constant (PAPA's ordering)",
+                              c.get("vs_optimal", []), "variant")):
       if rows:
         lines += ["", f"Differences {title}:", "",
                   f"| {col} | fraction | difference [{lv}] | Holm p (verdict) |",

@@ -1,0 +1,135 @@
+"""The loss-optimal constant: its rule, its gradient, and a fit that beats the mean it starts at."""
+
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from papa_jax import attention, convert, run
+from papa_jax.papa import means as means_lib
+from papa_jax.probing import probes, train
+from tests.testing import require_model, tiny_config
+
+
+@pytest.mark.unit
+def test_constant_logits_apply_as_a_softmax_over_each_examples_real_keys():
+  """softmax(logits) masked and renormalised like every constant is the softmax of the logits
+  over the example's real keys (rows of padded queries 0); log of a constant gives it back."""
+  rng = np.random.default_rng(0)
+  logits = rng.normal(size=(3, 6, 6)).astype(np.float32)
+  mask = np.array([[1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 1]], np.float32)
+  got = np.asarray(attention.constant_probs(jax.nn.softmax(jnp.asarray(logits), -1), mask))
+  for b in range(2):
+    real = mask[b] > 0
+    e = np.exp(logits - logits.max(-1, keepdims=True)) * real
+    want = e / e.sum(-1, keepdims=True) * real[:, None]
+    np.testing.assert_allclose(got[b], want, atol=1e-6)
+  mean = rng.random((3, 6, 6)).astype(np.float32)
+  mean /= mean.sum(-1, keepdims=True)
+  np.testing.assert_allclose(jax.nn.softmax(train.constant_logits(mean), -1), mean, atol=1e-6)
+
+
+@pytest.fixture(scope="module")
+def splade():
+  return convert.load_pretrained(require_model("splade_tiny"))
+
+
+@pytest.mark.integration
+def test_constant_logits_gradient_equals_central_differences(splade, sst2_dir):
+  """d loss / d logits through the frozen encoder (every head constant) against central
+  differences of the loss, at cells of real tokens in both layers."""
+  del sst2_dir
+  cfg = splade.config
+  L = 12
+  rng = np.random.default_rng(1)
+  batch = dict(input_ids=rng.integers(1000, 2000, (3, L)).astype(np.int32),
+               attention_mask=np.array([[1] * L, [1] * 9 + [0] * 3, [1] * 6 + [0] * 6], np.int32),
+               token_type_ids=np.zeros((3, L), np.int32), labels=np.array([0, 1, 1], np.int32),
+               valid=np.ones(3, bool))
+  mean = rng.random((cfg.num_layers, cfg.num_heads, L, L)).astype(np.float32)
+  enc = train.FrozenEncoder(splade.params, attention.AttentionOverride.constant(mean), cfg,
+                            fit_constants=True)
+  probe = probes.SentenceProbe(2, cfg.hidden_size, 0.0)
+  feats = enc.features(batch, train=False)
+  params = probe.init(jax.random.key(0), feats[:1], jnp.ones((1, L)))["params"]
+
+  def loss(logits):
+    f = enc.features(batch, train=False, constant_logits=logits).astype(jnp.float32)
+    out = probe.apply({"params": params}, f, batch["attention_mask"], deterministic=True)
+    return probes.loss_fn("classification", out, batch["labels"], batch["valid"])[0]
+
+  logits = enc.trainable()["constant_logits"]
+  grad = np.asarray(jax.jit(jax.grad(loss))(logits))
+  assert np.abs(grad[:, :, :, 9:]).max() > 0  # Keys real only in the first example count.
+  eps = 0.05
+  for cell in ((0, 0, 2, 3), (1, 1, 5, 0), (0, 1, 0, 8), (1, 0, 7, 7)):
+    up, down = np.array(logits), np.array(logits)
+    up[cell] += eps
+    down[cell] -= eps
+    fd = (float(loss(jnp.asarray(up))) - float(loss(jnp.asarray(down)))) / (2 * eps)
+    np.testing.assert_allclose(grad[cell], fd, rtol=0.05, atol=2e-6)
+
+
+@pytest.mark.integration
+def test_optimal_constants_fit_lower_train_loss_than_the_mean_they_start_at(tmp_path):
+  """The stage fits the logits from log(mean): with the logits' rate 0 it is PAPA's mean under
+  the same probe, seed and data order, and with the sorting run's rate its final train loss is
+  lower; the saved rows are distributions, differ from the mean's, and the probe stage uses
+  them like any constant."""
+  require_model("splade_tiny")
+  losses = {}
+  for lr in (0.0, 0.05):
+    c = tiny_config(tmp_path, **{"model.name": "splade_tiny", "papa.variants": ("raw", "optimal"),
+                                 "papa.fractions": (0.0, 1.0), "sort.gate_learning_rate": lr,
+                                 "sort.epochs": 3})
+    wd = str(tmp_path / f"wd{lr}")
+    rows = run.run(c, wd)
+    m = means_lib.load_means(os.path.join(wd, "means", "means_optimal.npz"))
+    raw = means_lib.load_means(os.path.join(wd, "means", "means_raw.npz"))
+    losses[lr] = m.metadata["fit"]["train_loss"][-1]
+    sums = m.avgs.sum(-1)
+    np.testing.assert_allclose(sums, 1.0, atol=1e-5)
+    norm = raw.avgs / np.maximum(raw.avgs.sum(-1, keepdims=True), 1e-30)
+    seen = raw.counts > 0
+    if lr == 0.0:
+      np.testing.assert_allclose(m.avgs[..., seen], norm[..., seen], atol=1e-5)
+    else:
+      assert np.abs(m.avgs - norm)[..., seen].max() > 1e-3
+    assert {(r["variant"], r["static_heads"]) for r in rows} == {
+        ("raw", 0), ("raw", 4), ("optimal", 4)}
+  assert losses[0.05] < losses[0.0], losses
+
+
+@pytest.mark.unit
+def test_report_compares_every_constant_with_the_loss_optimal_one():
+  """vs_optimal: score(constant) - score(optimal) per fraction with the paired interval, in
+  the controls' Holm family and their markdown table."""
+  from papa_jax import uncertainty  # pylint: disable=import-outside-toplevel
+  from papa_jax.data.tasks import get_task  # pylint: disable=import-outside-toplevel
+  from papa_jax.report import build, controls  # pylint: disable=import-outside-toplevel
+  labels = np.array([0, 1] * 100)
+  right = lambda frac, shift: np.where((np.arange(200) + shift) % 200 < frac * 200, labels,
+                                       1 - labels)
+  preds = {("raw", 0): {0: right(0.9, 0), 1: right(0.88, 7)},
+           ("raw", 4): {0: right(0.7, 3), 1: right(0.72, 9)},
+           ("uniform", 4): {0: right(0.6, 5), 1: right(0.62, 11)},
+           ("optimal", 4): {0: right(0.8, 2), 1: right(0.79, 13)}}
+  exp = build.Experiment(model="m", task=get_task("sst2"), total_heads=4, labels=labels,
+                         predictions=preds, seeds=(0, 1))
+  rep = build.analyse([exp], n_boot=300)
+  c = rep["controls"][0]
+  got = {r["variant"]: r for r in c["vs_optimal"]}
+  assert set(got) == {"raw", "uniform"}
+  assert got["raw"]["diff"] == pytest.approx(0.71 - 0.795)
+  assert got["uniform"]["verdict"] == "optimal beats uniform"
+  reps = {}
+  seed = uncertainty.task_seed(0, "sst2")
+  for key, cond in (("raw", ("raw", "lambda", 4)), ("optimal", ("optimal", "lambda", 4))):
+    _, b = uncertainty.seed_scores(get_task("sst2"), labels, preds[(key, 4)], n_boot=300,
+                                   seed=seed)
+    reps[key] = uncertainty.seed_means(b, seed=seed, stream=controls._stream(cond))  # pylint: disable=protected-access
+  assert got["raw"]["ci"] == uncertainty.percentile_interval(reps["raw"] - reps["optimal"])
+  assert len(controls.comparisons(c)) == rep["multiplicity"]["n_control_tests"]
+  assert "against the loss-optimal constant" in build.markdown(rep)
