@@ -169,7 +169,9 @@ def claims(results: list[dict], reps: list[dict], corr: dict, level: float,
     - `general`: over cells too (`over_cells`: the cells resampled, then examples and seeds
       within each); for the correlation, tasks are resampled (each keeps its models).
   All heads constant, "about 8%": the mean relative drop over cells; supported when the
-  interval holds 8% and excludes 0, contradicted when it excludes 8%. Half the heads, "almost
+  interval holds 8% and excludes 0, contradicted when it excludes 8%. Where cells ran the
+  loss-optimal constant (`papa/optimal.py`), the same with it ("all_optimal"): the lower
+  bound beside PAPA's upper one. Half the heads, "almost
   no drop": supported below `HALF_HEADS_MARGIN`, contradicted above it. Better models lose
   more: the within-task Spearman rho pooled over tasks (`within_task_correlation`), supported
   above 0, contradicted below; the rho pooled across tasks (`correlations`) is kept as
@@ -177,14 +179,21 @@ def claims(results: list[dict], reps: list[dict], corr: dict, level: float,
   `without`: each claim re-tested without each model's cells.
   """
   out = []
-  for which, test, threshold, claim, measure in (
-      ("all", ABOUT, PAPER_ALL_HEADS_DROP, "All heads constant: about 8% average relative drop.",
+  optimal = any(s["variant"] == "optimal" for r in results for s in r["summary"])
+  for key, variant, which, test, threshold, claim, measure in (
+      ("all", "raw", "all", ABOUT, PAPER_ALL_HEADS_DROP,
+       "All heads constant: about 8% average relative drop.",
        "mean relative drop over cells, all heads constant"),
-      ("half", BELOW, HALF_HEADS_MARGIN, "Half the heads constant: almost no drop.",
+      ("all_optimal", "optimal", "all", ABOUT, PAPER_ALL_HEADS_DROP,
+       "The same with the loss-optimal constant (the lower bound).",
+       "mean relative drop over cells, all heads constant with the loss-optimal constant"),
+      ("half", "raw", "half", BELOW, HALF_HEADS_MARGIN, "Half the heads constant: almost no drop.",
        f"mean relative drop over cells, half the heads (almost none: below "
        f"{100 * HALF_HEADS_MARGIN:.0f}%)")):
-    rows, left_out = _drops(results, reps, "raw", which)
-    row = dict(key=which, kind=DROP, test=test, threshold=threshold, percent=True,
+    if variant == "optimal" and not optimal:
+      continue
+    rows, left_out = _drops(results, reps, variant, which)
+    row = dict(key=key, kind=DROP, test=test, threshold=threshold, percent=True,
                claim=claim, measure=measure, cells=[c for c, _, _ in rows],
                **_drop_claim(rows, test, threshold, level, seed),
                note="" if rows else "no informative cell with a defined drop",

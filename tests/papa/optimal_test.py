@@ -133,3 +133,25 @@ def test_report_compares_every_constant_with_the_loss_optimal_one():
   assert got["raw"]["ci"] == uncertainty.percentile_interval(reps["raw"] - reps["optimal"])
   assert len(controls.comparisons(c)) == rep["multiplicity"]["n_control_tests"]
   assert "against the loss-optimal constant" in build.markdown(rep)
+
+
+@pytest.mark.unit
+def test_the_all_heads_claim_gets_a_second_line_with_the_optimal_constant():
+  from papa_jax.report import claims  # pylint: disable=import-outside-toplevel
+  results, reps = [], []
+  for m, (mean_drop, opt_drop) in enumerate(((0.10, 0.04), (0.06, 0.02))):
+    reps_mean, reps_opt = mean_drop + np.array([-0.01, 0, 0.01]), opt_drop + np.array([-0.01, 0,
+                                                                                       0.01])
+    results.append(dict(model=f"m{m}", task="sst2", check=dict(informative=True),
+                        baseline=dict(mean=0.8), summary=[
+                            dict(variant=v, half=None, all=dict(relative_drop=d, static_heads=4))
+                            for v, d in (("raw", mean_drop), ("optimal", opt_drop))]))
+    reps.append(dict(drops={("raw", 4): reps_mean, ("optimal", 4): reps_opt},
+                     baseline=np.full(3, 0.8)))
+  got = {c["key"]: c for c in claims.claims(results, reps, {}, 0.95)}
+  assert list(got) == ["all", "all_optimal", "half", "correlation"]
+  assert got["all"]["estimate"] == pytest.approx(0.08)
+  assert got["all_optimal"]["estimate"] == pytest.approx(0.03)
+  assert got["all_optimal"]["verdict"] == "contradicted"  # 8% outside [2%, 4%].
+  without = [dict(r, summary=r["summary"][:1]) for r in results]
+  assert "all_optimal" not in {c["key"] for c in claims.claims(without, reps, {}, 0.95)}
