@@ -19,7 +19,7 @@ STAGES: tuple[Stage, ...] = (
     mixing_stats.STAGE,
 )
 BY_NAME = {s.name: s for s in STAGES}
-ALIASES = {"all": "probe"}  # The whole PAPA pipeline: means, sort, orderings, probe.
+ALIASES = {"all": "probe"}  # The whole PAPA pipeline: means, optimal, sort, orderings, probe.
 
 
 def names() -> tuple[str, ...]:

@@ -46,7 +46,7 @@ F, G = Field, Group
 
 FIELDS: dict[str, Field | Group] = dict(
     stage=F("all", "What to run: a stage of papa_jax/registry.py (after the stages it needs; "
-            "all: means, sort, orderings, probe) or a command (suite, report, explore)."),
+            "all: means, optimal, sort, orderings, probe) or a command (suite, report, explore)."),
     overwrite=F(False, "Replace the results of a different config (or of edited input files) "
                 "in the workdir instead of refusing."),
     model=G("The encoder.", dict(
