@@ -13,8 +13,8 @@ from papa_jax.api import (attention_means, context_mixing, effective_attentions,
 from papa_jax.attention import AttentionOverride
 from papa_jax.convert import Pretrained, load_pretrained
 from papa_jax.measures.effective import effective_attention, null_attention
-from papa_jax.interventions import (EffectiveAttention, HeadAblation, HeadMask, Transform,
-                                     ValueZeroing)
+from papa_jax.interventions import (EffectiveAttention, HeadAblation, HeadMask, Knockout,
+                                     Transform, ValueZeroing)
 from papa_jax.models.config import EncoderConfig
 from papa_jax.models.encoder import Capture, Encoder, EncoderOutput, LayerIntermediates
 from papa_jax.papa.schedule import head_mask_from_ranking, ranking_from_lambdas, static_head_counts
@@ -22,10 +22,9 @@ from papa_jax.reader import FinishedWorkdir, read_workdir
 
 __all__ = [
     "AttentionOverride", "Capture", "EffectiveAttention", "Encoder", "EncoderConfig",
-    "EncoderOutput", "FinishedWorkdir", "HeadAblation", "HeadMask", "LayerIntermediates",
-    "Pretrained",
-    "Transform", "ValueZeroing", "attention_means", "context_mixing", "effective_attention",
-    "effective_attentions", "encode_texts", "head_mask_from_ranking", "interventions",
+    "EncoderOutput", "FinishedWorkdir", "HeadAblation", "HeadMask", "Knockout",
+    "LayerIntermediates", "Pretrained", "Transform", "ValueZeroing", "attention_means",
+    "context_mixing", "effective_attention", "effective_attentions", "encode_texts", "head_mask_from_ranking", "interventions",
     "load_pretrained", "load_results", "null_attention", "ranking_from_lambdas",
     "read_workdir", "static_head_counts",
 ]

@@ -203,3 +203,91 @@ class HeadMask:
     scale = jnp.asarray(self.scale)
     per_head = scale[layer][None] if scale.ndim == 2 else scale[:, layer]  # [B or 1, H]
     return x * per_head[:, None, :, None].astype(x.dtype)
+
+
+KNOCKOUT_RULES = ("renormalize", "zero")
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class Knockout:
+  """Attention edges blocked over a window of layers (Geva et al., EMNLP 2023's attention
+  knockout): in layers `first[b]..last[b]` (inclusive; -1: none) query i of example b may not
+  attend to key j where `blocked[b, i, j]`, in every head.
+
+  rule: "renormalize" (a row that lost keys is renormalised over the rest, as setting the
+  blocked scores to -inf before the softmax does; a row that lost every key attends to
+  nothing, where the softmax would give NaN) or "zero" (the blocked probabilities set to 0,
+  the rest unchanged: the row then sums to less than 1). Rows without a blocked edge are left
+  exactly as they are. `edges` builds `blocked` from query and key sets; `position_classes`
+  gives the usual sets.
+
+  Attributes:
+    blocked: `[batch, L, L]` bool (traced).
+    first, last: `[batch]` int (traced).
+    rule: one of `KNOCKOUT_RULES` (static).
+  """
+
+  blocked: Array
+  first: Array
+  last: Array
+  rule: str = dataclasses.field(default="renormalize", metadata=dict(static=True))
+  site: ClassVar[str] = "probs"
+
+  def __post_init__(self):
+    if self.rule not in KNOCKOUT_RULES:
+      # caller's argument
+      raise ValueError(f"knockout rule {self.rule!r}; choose one of {KNOCKOUT_RULES}.")
+    object.__setattr__(self, "first", _rows(self.first))
+    object.__setattr__(self, "last", _rows(self.last))
+
+  def validate(self, *, num_layers: int, num_heads: int, seq_len: int,
+               batch: int | None) -> None:
+    del num_layers, num_heads
+    _check_rows("Knockout.first", self.first, batch)
+    _check_rows("Knockout.last", self.last, batch)
+    shape = tuple(np.shape(self.blocked))
+    if len(shape) != 3 or shape[1:] != (seq_len, seq_len) or (
+        batch is not None and shape[0] != batch):
+      # caller's argument
+      raise ValueError(f"Knockout.blocked has shape {shape}; expected [batch, L, L] = "
+                       f"({batch}, {seq_len}, {seq_len}).")
+
+  def __call__(self, x: Array, *, layer: int, mask: Array, values: Array | None) -> Array:
+    del mask, values
+    on = (jnp.asarray(self.first) <= layer) & (layer <= jnp.asarray(self.last))  # [B]
+    cut = (jnp.asarray(self.blocked, bool) & on[:, None, None])[:, None]  # [B, 1, L, L]
+    kept = jnp.where(cut, jnp.zeros((), x.dtype), x)
+    if self.rule == "zero":
+      return kept
+    total = kept.sum(-1, keepdims=True)
+    lost = cut.any(-1, keepdims=True)
+    renormed = jnp.where(total > 0, kept / jnp.where(total > 0, total, 1), 0).astype(x.dtype)
+    return jnp.where(lost, renormed, x)
+
+
+def edges(queries: Array, keys: Array) -> Array:
+  """`blocked[b, i, j]` for every query i in `queries[b]` and key j in `keys[b]` (`[B, L]`
+  bool each): the edges from one set of positions to another."""
+  return jnp.asarray(queries, bool)[:, :, None] & jnp.asarray(keys, bool)[:, None, :]
+
+
+def shifted_edges(mask: Array, offset: int) -> Array:
+  """`blocked[b, i, i + offset]` between real tokens: -1 the previous token, +1 the next."""
+  mask = jnp.asarray(mask, bool)
+  L = mask.shape[-1]
+  pair = jnp.arange(L)[None, :] == jnp.arange(L)[:, None] + offset  # [L, L]
+  return pair[None] & mask[:, :, None] & mask[:, None, :]
+
+
+def position_classes(input_ids: np.ndarray, attention_mask: np.ndarray, *, cls_id: int,
+                     sep_ids: tuple[int, ...], punctuation_ids: tuple[int, ...] = ()
+                     ) -> dict[str, np.ndarray]:
+  """The usual key (or query) sets, `[B, L]` bool each, over real tokens: "cls" (the
+  `cls_id` tokens), "sep" (`sep_ids`), "punctuation" (`punctuation_ids`: the vocabulary's
+  tokens made only of punctuation), and "other" (every other real token)."""
+  ids, real = np.asarray(input_ids), np.asarray(attention_mask) > 0
+  out = {"cls": real & (ids == cls_id), "sep": real & np.isin(ids, sep_ids),
+         "punctuation": real & np.isin(ids, punctuation_ids)}
+  out["other"] = real & ~(out["cls"] | out["sep"] | out["punctuation"])
+  return out
