@@ -24,8 +24,8 @@ __all__ = [
     "AttentionOverride", "Capture", "EffectiveAttention", "Encoder", "EncoderConfig",
     "EncoderOutput", "FinishedWorkdir", "HeadAblation", "HeadMask", "Knockout",
     "LayerIntermediates", "Pretrained", "Transform", "ValueZeroing", "attention_means",
-    "context_mixing", "effective_attention", "effective_attentions", "encode_texts", "head_mask_from_ranking", "interventions",
-    "load_pretrained", "load_results", "null_attention", "ranking_from_lambdas",
-    "read_workdir", "static_head_counts",
+    "context_mixing", "effective_attention", "effective_attentions", "encode_texts",
+    "head_mask_from_ranking", "interventions", "load_pretrained", "load_results",
+    "null_attention", "ranking_from_lambdas", "read_workdir", "static_head_counts",
 ]
 __version__ = "0.1.0"
