@@ -9,13 +9,14 @@ they read.
 
 from __future__ import annotations
 
-from papa_jax.analysis import ablation, effective_stats, finetune, linguistic, mixing_stats
+from papa_jax.analysis import (ablation, effective_stats, finetune, knockout, linguistic,
+                               mixing_stats)
 from papa_jax.papa import means, optimal, ordering_stage, probe, sort
 from papa_jax.stage import Stage
 
 STAGES: tuple[Stage, ...] = (
     means.STAGE, optimal.STAGE, sort.STAGE, ordering_stage.STAGE, probe.STAGE,
-    effective_stats.STAGE, finetune.STAGE, linguistic.STAGE, ablation.STAGE,
+    effective_stats.STAGE, finetune.STAGE, linguistic.STAGE, ablation.STAGE, knockout.STAGE,
     mixing_stats.STAGE,
 )
 BY_NAME = {s.name: s for s in STAGES}

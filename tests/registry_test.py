@@ -26,8 +26,9 @@ STAGES = {s.name: s for s in registry.STAGES}
 # What each stage's plan reads when the analysis split is `train`: only the PAPA
 # stages read the evaluation split (dev.tsv). Written out here, not derived, so a
 # new stage must be added by hand.
-READS_DEV = {"means": False, "optimal": True, "sort": True, "orderings": True, "probe": True, "effective": False,
-             "finetune": False, "linguistic": False, "ablation": False, "mixing": False}
+READS_DEV = {"means": False, "optimal": True, "sort": True, "orderings": True, "probe": True,
+             "effective": False, "finetune": False, "linguistic": False, "ablation": False,
+             "knockout": False, "mixing": False}
 
 
 @pytest.mark.unit
@@ -127,7 +128,7 @@ def finished(tmp_path_factory, minilm):
            "finetune.other_model": "pkg:sre_embedding_model/model_weights",
            "papa.orderings": ("lambda", "random"), "papa.random_draws": 1}
   wds = {}
-  for name in ("all", "effective", "finetune", "ablation", "mixing"):
+  for name in ("all", "effective", "finetune", "ablation", "knockout", "mixing"):
     wds[name] = str(tmp / "papa")
     run.run(tiny_config(tmp, stage=name, **small), wds[name])
   pos = tiny_config(tmp, stage="linguistic", **small, **{"data.task": "pos"})
@@ -205,7 +206,8 @@ def test_registry_every_per_head_stage_reaches_the_explorer_and_the_report(name,
   wd = reader.read_workdir(finished[name])
   view = collect.heads_view(wd)
   mine = [m for m in view["maps"] if m["stage"] == name]
-  assert mine and all(np.shape(m["values"]) == (6, 12) for m in mine), name
+  heads = 1 if name == "knockout" else 12  # Knockout blocks edges in every head at once.
+  assert mine and all(np.shape(m["values"]) == (6, heads) for m in mine), name
   text = "\n".join(report_markdown.per_head_lines([report_heads.analyse("m", "t", wd.head_maps)]))
   assert all(f"`{m.key}`" in text for m in wd.head_maps if m.stage == name)
 

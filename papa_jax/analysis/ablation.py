@@ -100,7 +100,7 @@ GROUPS = ("model", "data", "sort", "probe", "effective", "ablation")
 INPUTS = ("train", "analysis")  # The probe trains on train; heads are scored on analysis.
 
 
-def _baseline_probe(setup: Setup):
+def baseline_probe(setup: Setup):
   """The baseline probe on the unmodified encoder, and float32 hidden states of the
   analysis split (`effective.split`, `effective.max_examples`: a seeded subset)."""
   c, mc = setup.config, setup.model.config
@@ -126,7 +126,7 @@ def _run(setup: Setup) -> dict:
   """Every head replaced in turn (uniform, constant, effective); the dev score change."""
   c, mc, task = setup.config, setup.model.config, setup.task
   kinds = tuple(c.ablation.kinds)
-  probe, probe_params, hidden, history, base_logits = _baseline_probe(setup)
+  probe, probe_params, hidden, history, base_logits = baseline_probe(setup)
   labels, metric = setup.analysis_data.labels, task.headline_metric
   baseline = metrics.task_scores(task, base_logits, labels)[metric]
   constants = jnp.asarray(means.load_checked(setup, "raw").avgs) if "constant" in kinds else None

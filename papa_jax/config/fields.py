@@ -11,6 +11,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Union
 
+# Copies of analysis/knockout.py's CLASSES and interventions.KNOCKOUT_RULES (a test compares).
+KNOCKOUT_CLASSES = ("cls", "sep", "punctuation", "other", "previous", "next")
+KNOCKOUT_RULES = ("renormalize", "zero")
 VARIANTS = ("raw", "effective", "uniform", "row_mean", "compressed", "optimal")  # papa/constants.py
 FEATURE_DTYPES = ("float32", "bfloat16")
 ABLATIONS = ("uniform", "constant", "effective")
@@ -166,6 +169,15 @@ FIELDS: dict[str, Field | Group] = dict(
         kinds=F(ABLATIONS, "Head replacements, each a map of score changes: uniform (over the "
                 "real tokens), constant (the head's dataset mean), effective (its effective "
                 "attention)."),
+    )),
+    knockout=G("The knockout stage: attention edges blocked per layer window and key class "
+               "(papa_jax/analysis/knockout.py).", dict(
+        window=F(1, "Layers per window (consecutive; every window from the first layer)."),
+        rule=F("renormalize", "renormalize (a row that lost keys is renormalised over the "
+               "rest, as -inf scores before the softmax) or zero (blocked probabilities set "
+               "to 0)."),
+        classes=F(KNOCKOUT_CLASSES, "Key positions whose edges are blocked, each a column: "
+                  "cls, sep, punctuation, other (every other real token), previous, next."),
     )),
     mixing=G("The mixing stage: context mixing beyond attention "
              "(papa_jax/measures/mixing.py).", dict(

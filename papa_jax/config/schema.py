@@ -26,11 +26,12 @@ from typing import Any
 import ml_collections
 
 from papa_jax.config.fields import (ABLATIONS, DATA_FORMATS, EXPLORE_MIXING, FEATURE_DTYPES,
-                                    FIELDS, MIXING_METHODS, ORDERINGS, VARIANTS, Group)
+                                    FIELDS, KNOCKOUT_CLASSES, KNOCKOUT_RULES, MIXING_METHODS,
+                                    ORDERINGS, VARIANTS, Group)
 from papa_jax.errors import ConfigError
 
 RESULT_GROUPS = ("model", "data", "sort", "probe", "effective", "finetune", "ablation",
-                 "mixing")
+                 "knockout", "mixing")
 PAPA_GROUPS = ("model", "data", "sort", "probe")  # What means, sort and probe runs depend on.
 NON_RESULT_GROUPS = ("papa", "run", "figures", "report", "suite", "explore")
 NON_RESULT_FIELDS = ("stage", "overwrite")
@@ -104,8 +105,8 @@ def unclassified_fields(config: ml_collections.ConfigDict) -> list[str]:
 # Tuple-of-names fields a user writes as `--config.papa.orderings=lambda,random`:
 # `quote_name_lists` makes that a tuple literal before the flag parser sees it
 # (ml_collections would read `lambda,...` as Python and fail on the keyword).
-NAME_LISTS = ("papa.variants", "papa.orderings", "ablation.kinds", "mixing.methods",
-              "explore.mixing", "explore.figures")
+NAME_LISTS = ("papa.variants", "papa.orderings", "ablation.kinds", "knockout.classes",
+              "mixing.methods", "explore.mixing", "explore.figures")
 
 
 def quote_name_lists(argv: list[str]) -> list[str]:
@@ -281,6 +282,13 @@ def validate(config: ml_collections.ConfigDict) -> None:
   if bad or not config.ablation.kinds:
     raise ConfigError(f"ablation.kinds={tuple(config.ablation.kinds)!r}: use a non-empty "
                       f"subset of {ABLATIONS}.")
+  k = config.knockout
+  if k.rule not in KNOCKOUT_RULES:
+    raise ConfigError(f"knockout.rule={k.rule!r}: use one of {KNOCKOUT_RULES}.")
+  bad = set(k.classes) - set(KNOCKOUT_CLASSES)
+  if bad or not k.classes:
+    raise ConfigError(f"knockout.classes={tuple(k.classes)!r}: use a non-empty subset of "
+                      f"{KNOCKOUT_CLASSES}.")
   bad = set(config.mixing.methods) - set(MIXING_METHODS)
   if bad:
     raise ConfigError(f"mixing.methods={tuple(config.mixing.methods)!r}: use a subset of "
@@ -304,6 +312,9 @@ def validate_for_model(config: ml_collections.ConfigDict, model_config) -> None:
   if config.data.max_length > model_config.max_length:
     raise ConfigError(f"data.max_length={config.data.max_length} exceeds the model's "
                       f"{model_config.max_length} positions.")
+  if not 1 <= config.knockout.window <= model_config.num_layers:
+    raise ConfigError(f"knockout.window={config.knockout.window}: use 1 to the model's "
+                      f"{model_config.num_layers} layers.")
   f = config.figures
   for name, v, hi in (("figures.layer", f.layer, model_config.num_layers),
                       ("figures.head", f.head, model_config.num_heads)):
