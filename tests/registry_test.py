@@ -135,6 +135,9 @@ def finished(tmp_path_factory, minilm):
   pos.data.data_dir = str(require_shared("data", "conll2003"))
   wds["linguistic"] = str(tmp / "pos")
   run.run(pos, wds["linguistic"])
+  wds["optimal"] = str(tmp / "optimal")  # Runs only when papa.variants has it.
+  run.run(tiny_config(tmp, stage="optimal", **dict(small, **{"papa.variants": ("raw", "optimal")})),
+          wds["optimal"])
   return {n: wds.get(n, wds["all"]) for n in STAGES}
 
 
