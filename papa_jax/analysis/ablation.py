@@ -31,7 +31,7 @@ from absl import logging
 from papa_jax import head_maps, parallel
 from papa_jax.probing import features, fitting, metrics, train
 from papa_jax.workdir import resume
-from papa_jax.analysis import figures
+from papa_jax.analysis import figures, per_head
 from papa_jax.attention import AttentionOverride
 from papa_jax.interventions import ABLATIONS as KINDS
 from papa_jax.interventions import HeadAblation
@@ -160,8 +160,9 @@ def _run(setup: Setup) -> dict:
         split=c.effective.split), summary)
     figures.head_maps([(f"{k}: score change", maps[f"change_{k}"]) for k in kinds],
                       setup.layout.figure("ablation", "score_change.png"),
-                      f"{c.model.name} / {task.name}: {metric} change when one head is "
-                      f"replaced (baseline {baseline:.4f})", center=True, cmap="RdBu_r")
+                      per_head.label(setup, f"{metric} change when one head is replaced "
+                                     f"(baseline {baseline:.4f})", len(labels)),
+                      center=True, cmap="RdBu_r")
     resume.remove(partial)
   logging.info("ablation: %s", {k: v for k, v in summary.items() if k != "probe_history"})
   return summary

@@ -164,8 +164,7 @@ class EffectiveStats(per_head.PerHeadAnalysis):
                     categories=list(CATEGORIES),
                     **{f"count/{s}": st[f"count/{s}"] for s in ("all", "long")})
     subset = "long" if st["count/long"] else "all"
-    label = (f"{setup.config.model.name} / {setup.task.name} {setup.config.effective.split} "
-             f"({subset}: {int(st['count/' + subset])} examples)")
+    label = per_head.label(setup, f"{subset} examples", int(st["count/" + subset]))
     figures.mass_heatmaps(st[f"mass_raw/{subset}"], st[f"mass_eff/{subset}"], CATEGORIES,
                           layout.figure(self.name, "mass_heatmaps.png"), label)
     figures.agreement_heatmaps({k: st[f"{k}/{subset}"] for k in ("js", "corr", "null_ratio")},

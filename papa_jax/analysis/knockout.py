@@ -28,7 +28,7 @@ import numpy as np
 from absl import logging
 
 from papa_jax import head_maps, parallel, uncertainty
-from papa_jax.analysis import ablation, figures
+from papa_jax.analysis import ablation, figures, per_head
 from papa_jax.attention import AttentionOverride
 from papa_jax.interventions import Knockout, edges, position_classes, shifted_edges
 from papa_jax.models.config import EncoderConfig
@@ -169,9 +169,10 @@ def _run(setup: Setup) -> dict:
     figures.head_maps([(f"{cls}: score change", change[:, :, k])
                        for k, cls in enumerate(classes)],
                       setup.layout.figure("knockout", "change.png"),
-                      f"{c.model.name} / {task.name}: {metric} change when edges to each class "
-                      f"are knocked out (rows: windows of {c.knockout.window} layers from the "
-                      f"first; baseline {baseline:.4f})", center=True, cmap="RdBu_r")
+                      per_head.label(setup, f"{metric} change when edges to each class are "
+                                     f"knocked out in windows of {c.knockout.window} layer(s) "
+                                     f"(row: first layer; baseline {baseline:.4f})", len(labels)),
+                      center=True, cmap="RdBu_r")
     resume.remove(partial)
   logging.info("knockout: baseline %.4f; largest change %s", baseline,
                min(rows, key=lambda r: r["change"]) if rows else None)
