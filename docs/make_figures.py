@@ -1,15 +1,17 @@
 """Regenerates figures of docs/figures/ from recorded workdirs, each naming its commit.
 
-  python docs/make_figures.py [--quickstart WORKDIR] [--stages WORKDIR ...] [--out docs/figures]
+  python docs/make_figures.py [--quickstart WORKDIR] [--stages WORKDIR ...]
+      [--report SUITE_OR_CONTROLS_WORKDIR ...] [--out docs/figures]
 
 From a finished quickstart workdir (`configs/quickstart.py`) it writes `explorer.png` (the
 explorer page of the workdir, built now and shot full-page in headless Chromium) and
 `quickstart_papa_curve.png` (the workdir's own PAPA curve). From each `--stages` workdir it
 copies the figures its analysis stages drew that docs/results.md shows (`STAGE_FIGURES`; the
-commands that made them are there). Every figure gets a footer line naming the papa-jax commit
-that drew it and the workdir's model, task and size, and the same text as the PNG's "Source"
-metadata. Not drawn here: the controls' and the suite's figures (`minilm_*_controls.png`,
-`minilm_sst2_mixing_agreement.png`, `suite_curves.png`, from their reports).
+commands that made them are there). From each `--report` workdir (a suite, or a controls run
+with its report) it copies its report's figures that the docs show (`REPORT_FIGURES`: the
+suite's curves, the controls' curves, the per-head agreement grid). Every figure gets a footer
+line naming the papa-jax commit that drew it (the report's or the stage's own) and the
+workdir's model, task and size, and the same text as the PNG's "Source" metadata.
 """
 
 from __future__ import annotations
@@ -38,6 +40,15 @@ STAGE_FIGURES = {
     ("ablation", "score_change.png"): "minilm_sst2_ablation.png",
     ("mixing", "layers.png"): "minilm_sst2_mixing_layers.png",
     ("mixing", "heads.png"): "minilm_sst2_mixing_heads.png",
+}
+
+
+# The report's figure -> its docs/figures/ name.
+REPORT_FIGURES = {
+    "curves.png": "suite_curves.png",
+    "controls_minilm_sst2.png": "minilm_sst2_controls.png",
+    "controls_minilm_ner.png": "minilm_ner_controls.png",
+    "agreement_minilm_sst2.png": "minilm_sst2_mixing_agreement.png",
 }
 
 
@@ -89,6 +100,22 @@ def stamp(src: str, dst: str, text: str) -> str:
   return dst
 
 
+def report_figures(workdir: str, out: str) -> list[str]:
+  """The `REPORT_FIGURES` of `workdir`'s report, stamped into `out` with the report's commit
+  and what it covers."""
+  folder = os.path.join(workdir, "report")
+  found = {n: d for n, d in REPORT_FIGURES.items() if os.path.exists(os.path.join(folder, n))}
+  if not found:
+    return []
+  rep = json.load(open(os.path.join(folder, "report.json"), encoding="utf-8"))
+  rev = str(rep.get("git_revision", "unknown"))
+  rev = rev[:7] + ("-dirty" if rev.endswith("-dirty") else "")
+  cells = sorted({f"{e['model']}/{e['task']}" for e in rep["experiments"]})
+  text = (f"papa-jax {rev} · report over {len(cells)} experiment(s): {', '.join(cells[:6])}"
+          + (" ..." if len(cells) > 6 else "") + f" · B = {rep['settings']['n_boot']}")
+  return [stamp(os.path.join(folder, n), os.path.join(out, d), text) for n, d in found.items()]
+
+
 def explorer_png(workdir: str, dst: str, text: str, exe: str | None = None,
                  browser=None) -> str:
   """The explorer page of `workdir`, shot full-page at 1400 px in headless Chromium (`browser`,
@@ -124,11 +151,13 @@ def main(argv: list[str] | None = None, browser=None) -> list[str]:
   p.add_argument("--quickstart", help="a finished quickstart workdir")
   p.add_argument("--stages", nargs="*", default=[],
                  help="workdirs whose analysis stages drew figures of docs/results.md")
+  p.add_argument("--report", nargs="*", default=[],
+                 help="suite or controls workdirs whose report/ drew figures the docs show")
   p.add_argument("--out", default=os.path.join(ROOT, "docs", "figures"))
   p.add_argument("--chromium", help="Chromium's path (default: $PAPA_CHROMIUM, the PATH)")
   a = p.parse_args(argv)
-  if not a.quickstart and not a.stages:
-    p.error("give --quickstart WORKDIR, --stages WORKDIR ..., or both")
+  if not (a.quickstart or a.stages or a.report):
+    p.error("give --quickstart WORKDIR, --stages WORKDIR ... or --report WORKDIR ...")
   os.makedirs(a.out, exist_ok=True)
   written = []
   if a.quickstart:
@@ -141,6 +170,11 @@ def main(argv: list[str] | None = None, browser=None) -> list[str]:
     found = stage_figures(wd, a.out)
     if not found:
       p.error(f"{wd} holds none of the stage figures docs/results.md shows")
+    written += found
+  for wd in a.report:
+    found = report_figures(wd, a.out)
+    if not found:
+      p.error(f"{wd}/report holds none of the report figures the docs show")
     written += found
   for path in written:
     print(path)

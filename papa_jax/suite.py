@@ -162,7 +162,7 @@ def report_from_workdirs(paths: Sequence[str], out_dir: str, *,
   if not experiments:
     raise ConfigError("No finished experiment (results.json) to report on.")
   return report.write_report(experiments, out_dir, n_boot=n_boot, seed=seed, level=level,
-                             seed_pairing=seed_pairing)
+                             seed_pairing=seed_pairing, provenance=workdir_lib.provenance())
 
 
 def write(config: ml_collections.ConfigDict, path: str) -> dict:

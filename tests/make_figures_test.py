@@ -48,3 +48,25 @@ def test_stage_figures_are_stamped_under_their_docs_names(tmp_path, monkeypatch)
                                  "examples (-1: all), L = 64")
   with pytest.raises(SystemExit):
     make_figures.main(["--stages", str(tmp_path / "figs"), "--out", str(out)])
+
+
+def test_report_figures_are_stamped_with_the_reports_commit_and_cells(tmp_path, monkeypatch):
+  from PIL import Image  # pylint: disable=import-outside-toplevel
+  from papa_jax.plotting import pyplot  # pylint: disable=import-outside-toplevel
+  make_figures = _script()
+  monkeypatch.setattr(make_figures, "commit", lambda: "abc1234")
+  folder = tmp_path / "suite" / "report"
+  folder.mkdir(parents=True)
+  (folder / "report.json").write_text(json.dumps(dict(
+      git_revision="0123456789abcdef", settings=dict(n_boot=10000),
+      experiments=[dict(model="minilm", task="sst2"), dict(model="mpnet", task="cola")])))
+  plt = pyplot()
+  fig, ax = plt.subplots(figsize=(2, 1), dpi=50)
+  ax.plot([0, 1])
+  fig.savefig(folder / "curves.png")
+  plt.close(fig)
+  written = make_figures.main(["--report", str(tmp_path / "suite"), "--out", str(tmp_path)])
+  assert [os.path.basename(p) for p in written] == ["suite_curves.png"]
+  with Image.open(written[0]) as im:
+    assert im.info["Source"] == ("papa-jax 0123456 · report over 2 experiment(s): minilm/sst2, "
+                                 "mpnet/cola · B = 10000")

@@ -260,8 +260,10 @@ def _slug(*parts: str) -> str:
 
 def write_report(experiments: Sequence[Experiment], out_dir: str, *,
                  n_boot: int = uncertainty.N_BOOT, seed: int = 0,
-                 level: float = 0.95, seed_pairing: str = "paired") -> dict[str, str]:
+                 level: float = 0.95, seed_pairing: str = "paired",
+                 provenance: dict | None = None) -> dict[str, str]:
   """Writes report.md/.json/.csv and the figures under `out_dir`; returns their paths.
+  `provenance` (`workdir.provenance()`: code revision, versions, CPU) goes into report.json.
 
   Keys: "md", "json", "csv", "curves", "scatter", and "means/<model>/<task>",
   "gates/<model>/<task>", "agreement/<model>/<task>" for experiments that have constant
@@ -298,7 +300,7 @@ def write_report(experiments: Sequence[Experiment], out_dir: str, *,
                                     f"{e.model} / {e.task.name}: per-head maps vs importance "
                                     "scores")
   with workdir.atomic_write(paths["json"]) as f:
-    json.dump(jsonable(report), f, indent=1)
+    json.dump(jsonable(dict(report, **(provenance or {}))), f, indent=1)
   with workdir.atomic_write(paths["csv"], newline="") as f:
     w = csv.DictWriter(f, fieldnames=CSV_FIELDS)
     w.writeheader()
