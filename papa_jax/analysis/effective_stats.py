@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 from absl import logging
 
-from papa_jax import head_maps, runner
+from papa_jax import convert, head_maps, runner
 from papa_jax.measures import effective
 from papa_jax.analysis import figures, per_head
 from papa_jax.models.encoder import Capture
@@ -207,8 +207,8 @@ def _example_figure(setup: Setup, data, st: dict, subset: str, path: str) -> Non
   a_eff = np.asarray(a_eff[0])[np.ix_(keep, keep)]
   tokens = setup.tokenizer.convert_ids_to_tokens(data.input_ids[i][keep].tolist())
   figures.attention_maps(a, a_eff, tokens, path,
-                         f"{mc.name}: layer {layer}, head {head}, {n} tokens "
-                         f"(head dim {mc.dim_per_head})")
+                         f"{convert.short_name(setup.config.model.name)} / {setup.task.name}: "
+                         f"layer {layer}, head {head}, {n} tokens (head dim {mc.dim_per_head})")
 
 
 STAGE = per_head.stage(EffectiveStats)
