@@ -130,7 +130,7 @@ ABOUT, BELOW, ABOVE = "about", "below", "above"
 
 def over_cells(reps: np.ndarray, seed: int, weights: np.ndarray | None = None,
                stream: int = CELLS_STREAM) -> np.ndarray:
-  """Replicates of a (weighted) mean over units that generalise over the units: `[B, C]`
+  """Replicates of a (weighted) mean over units, with the units resampled too: `[B, C]`
   per-unit replicates (unit c's value on resample b of its examples and seeds) -> `[B]`,
   where replicate b first draws C units with replacement
   (`default_rng([seed, stream]).integers(0, C, size=(B, C))`), then averages their b-th
@@ -171,9 +171,8 @@ def claims(results: list[dict], reps: list[dict], corr: dict, level: float,
   All heads constant, "about 8%": the mean relative drop over cells; supported when the
   interval holds 8% and excludes 0, contradicted when it excludes 8%. Where cells ran the
   loss-optimal constant (`papa/optimal.py`), the same with it ("all_optimal"): the lower
-  bound beside PAPA's upper one. Half the heads, "almost
-  no drop": supported below `HALF_HEADS_MARGIN`, contradicted above it. Better models lose
-  more: the within-task Spearman rho pooled over tasks (`within_task_correlation`), supported
+  bound beside PAPA's upper one. Half the heads, "almost no drop": supported below
+  `HALF_HEADS_MARGIN`, contradicted above it. Better models lose more: the within-task Spearman rho pooled over tasks (`within_task_correlation`), supported
   above 0, contradicted below; the rho pooled across tasks (`correlations`) is kept as
   `across_tasks`, secondary: it mostly measures differences between tasks' metrics.
   `without`: each claim re-tested without each model's cells.
