@@ -10,6 +10,7 @@ import pytest
 from papa_jax import attention, convert, run
 from papa_jax.papa import means as means_lib
 from papa_jax.probing import probes, train
+from tests import testing
 from tests.testing import require_model, tiny_config
 
 
@@ -155,3 +156,35 @@ def test_the_all_heads_claim_gets_a_second_line_with_the_optimal_constant():
   assert got["all_optimal"]["verdict"] == "contradicted"  # 8% outside [2%, 4%].
   without = [dict(r, summary=r["summary"][:1]) for r in results]
   assert "all_optimal" not in {c["key"] for c in claims.claims(without, reps, {}, 0.95)}
+
+
+@pytest.mark.integration
+def test_constant_logits_fit_on_8_devices_equals_1(splade, sst2_dir):
+  """The optimal constants' fit, data-parallel over 8 CPU devices, equals one device: the
+  logits (through the encoder) and the probe, train loss to 1e-5."""
+  from papa_jax import parallel  # pylint: disable=import-outside-toplevel
+  from papa_jax.data import preprocess, readers, tasks  # pylint: disable=import-outside-toplevel
+  from papa_jax.probing import fitting  # pylint: disable=import-outside-toplevel
+  task = tasks.get_task("sst2")
+  recs = list(readers.read_split(task, str(sst2_dir), "validation"))[:32]
+  data = preprocess.encode(task, recs, splade.tokenizer(), 16)
+  cfg = splade.config
+  mean = np.random.default_rng(0).random((cfg.num_layers, cfg.num_heads, 16, 16))
+  enc = train.FrozenEncoder(splade.params, attention.AttentionOverride.constant(
+      jnp.asarray(mean, jnp.float32)), cfg, fit_constants=True)
+  fit_cfg = train.FitConfig(epochs=1, batch_size=16, eval_batch_size=16, seed=0)
+  out = []
+  for n in (1, 8):
+    state, hist, _ = fitting.fit(
+        f"optimal dp{n}", probes.SentenceProbe(2, cfg.hidden_size, 0.0), enc,
+        train.make_optimizer(testing.optimizer_config(), gate_learning_rate=0.05), fit_cfg,
+        data, data, lambda logits: {}, parallel.make_mesh(n))
+    out.append((jax.tree.map(np.asarray, state.params), hist))
+  (p1, h1), (p8, h8) = out
+  assert h1[0]["train_loss"] == pytest.approx(h8[0]["train_loss"], rel=1e-5)
+  moved = np.abs(p1["constant_logits"] - np.asarray(train.constant_logits(mean))).max()
+  assert moved > 1e-3
+  # Adam steps by ~lr * sign(g): where g is near 0, float32 summation-order noise (8 shards
+  # summed vs one) moves a logit by a small fraction of a step (lr = 0.05); 1.5e-4 at most here.
+  diff = np.abs(p1["constant_logits"] - p8["constant_logits"])
+  assert diff.max() < 0.01 * 0.05 < moved, (diff.max(), moved)
