@@ -1,5 +1,7 @@
 """Feature caching: same results as computing the encoder every step; budget refusal."""
 
+import os
+
 import jax
 import numpy as np
 import pytest
@@ -254,3 +256,21 @@ def test_per_token_eval_on_cut_batches_equals_full_width(minilm, cached_ner):
                               cfgs[0], ftr, fev, lambda lg: {}, mesh)
   want = fitting._group_predict(lambda p, b: step(p, b, None)[None], state.params, table, 16)
   np.testing.assert_allclose(cut[keep], want[0][keep], rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.integration
+def test_disk_cache_files_go_once_their_head_sets_probes_are_trained(tmp_path):
+  """With run.cache_dir, each static-head set's .npy files are removed after its probes (a
+  full train split's features need tens of GB per set); the scores equal the in-memory run."""
+  from papa_jax import run  # pylint: disable=import-outside-toplevel
+  from tests.testing import require_model, tiny_config  # pylint: disable=import-outside-toplevel
+  require_model("splade_tiny")
+  scores = {}
+  for cache in ("", str(tmp_path / "cache")):
+    c = tiny_config(tmp_path, **{"model.name": "splade_tiny", "probe.cache_features": True,
+                                 "probe.encoder_dropout": False, "papa.fractions": (0.0, 1.0),
+                                 "run.cache_dir": cache})
+    rows = run.run(c, str(tmp_path / f"wd{bool(cache)}"))
+    scores[cache] = [(r["static_heads"], r["score"]) for r in rows]
+  assert scores[""] == scores[str(tmp_path / "cache")]
+  assert os.path.isdir(tmp_path / "cache") and not os.listdir(tmp_path / "cache")

@@ -228,7 +228,8 @@ FIELDS: dict[str, Field | Group] = dict(
                                  "only."),
         num_devices=F(-1, "Devices of the data mesh; -1: every device."),
         cache_dir=F("", "'' keeps cached probe features in memory; else a local folder for "
-                    "memory-mapped .npy files."),
+                    "memory-mapped .npy files, each static-head set's removed once its probes "
+                    "are trained (kept while they train, for a resumed run)."),
         cache_max_gb=F(8.0, "The feature cache's budget in GB, checked before any stage "
                        "runs."),
         lease_stale_seconds=F(120.0, "A gs:// workdir's lease without a heartbeat for this "

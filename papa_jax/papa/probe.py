@@ -135,6 +135,9 @@ def probe_runs(setup: Setup, variant: str, ordering: str, k: int, ranking,
                                logits if task.kind != "tagging" else None)
       workdir.write_json(layout.probe_result(variant, k, seed, ordering), row)
     rows[seed] = done[fp] = row
+  if cfg.probe.cache_features and cfg.run.cache_dir:
+    del train_data, eval_data  # Their memory maps, before the files go.
+    features_lib.remove_cache(cfg.run.cache_dir, name)
   return [rows[seed] for seed in setup.seeds]
 
 

@@ -138,3 +138,13 @@ def cache_path(cache_dir: str, name: str, split: str) -> str:
   """Where a run's features go ('' when kept in memory)."""
   return os.path.join(cache_dir, f"{name}_{split}.npy") if cache_dir else ""
 
+
+def remove_cache(cache_dir: str, name: str) -> list[str]:
+  """Removes a static-head set's cached feature files (once its probes are trained: a full
+  train split's features are tens of GB, one set's at a time fit where all would not)."""
+  gone = [p for p in (cache_path(cache_dir, name, s) for s in ("train", "eval"))
+          if p and os.path.exists(p)]
+  for p in gone:
+    os.remove(p)
+  return gone
+
