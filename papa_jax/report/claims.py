@@ -172,8 +172,9 @@ def claims(results: list[dict], reps: list[dict], corr: dict, level: float,
   interval holds 8% and excludes 0, contradicted when it excludes 8%. Where cells ran the
   loss-optimal constant (`papa/optimal.py`), the same with it ("all_optimal"): the lower
   bound beside PAPA's upper one. Half the heads, "almost no drop": supported below
-  `HALF_HEADS_MARGIN`, contradicted above it. Better models lose more: the within-task Spearman rho pooled over tasks (`within_task_correlation`), supported
-  above 0, contradicted below; the rho pooled across tasks (`correlations`) is kept as
+  `HALF_HEADS_MARGIN`, contradicted above it. Better models lose more: the within-task
+  Spearman rho pooled over tasks (`within_task_correlation`), supported above 0,
+  contradicted below; the rho pooled across tasks (`correlations`) is kept as
   `across_tasks`, secondary: it mostly measures differences between tasks' metrics.
   `without`: each claim re-tested without each model's cells.
   """
