@@ -117,6 +117,18 @@ def warnings(meta: dict) -> list[str]:
           if (line := chance.warning(what, meta.get(key)))]
 
 
+def optimal_warning(rows: Sequence[dict]) -> str:
+  """A line when the `optimal` constant scores below PAPA's mean with all heads constant: its
+  fit found no better constant, so its drop bounds nothing ("" otherwise)."""
+  by = {s["variant"]: s["papa"] for s in summary_rows(rows) if s["variant"] in ("raw",
+                                                                                 "optimal")}
+  if None in (by.get("optimal"), by.get("raw")) or by["optimal"] >= by["raw"]:
+    return ""
+  return (f"The fitted optimal constant scores {by['optimal']:.4f} with all heads constant, "
+          f"below PAPA's mean ({by['raw']:.4f}): its fit found no better constant, so its drop "
+          "is no lower bound (papa/optimal.py, docs/controls.md).")
+
+
 def markdown(rows: Sequence[dict]) -> str:
   seeds = max(len(by_run(rows)[k]["seeds"]) for k in by_run(rows))
   note = "" if seeds == 1 else f" (mean ± std over {seeds} probe seeds)"
@@ -172,6 +184,8 @@ def write_all(layout: Layout, rows: list[dict], meta: dict) -> dict[str, str]:
     w.writeheader()
     w.writerows(rows)
   notes = "".join(f"**Uninformative.** {line}\n\n" for line in warnings(meta))
+  if line := optimal_warning(rows):
+    notes += f"**Not optimal.** {line}\n\n"
   with workdir.atomic_write(paths["md"]) as f:
     f.write(f"# PAPA: {rows[0]['model']} on {rows[0]['task']}\n\n{notes}{markdown(rows)}")
   plot(rows, paths["png"], f"{rows[0]['model']} / {rows[0]['task']}")

@@ -193,8 +193,9 @@ def _run(setup: Setup) -> list[dict]:
     meta.update(check=_baseline_check(setup, clean), ranking_check=_ranking_check(setup))
     paths = results.write_all(setup.layout, clean, meta)
     logging.info("Results: %s\n%s", paths["md"], results.markdown(clean))
-    for line in results.warnings(meta):
-      logging.warning("%s", line)
+    for line in results.warnings(meta) + [results.optimal_warning(clean)]:
+      if line:
+        logging.warning("%s", line)
   return rows
 
 

@@ -193,6 +193,11 @@ def claims(results: list[dict], reps: list[dict], corr: dict, level: float,
     if variant == "optimal" and not optimal:
       continue
     rows, left_out = _drops(results, reps, variant, which)
+    if variant == "optimal":  # A fit that scores below the mean found no better constant.
+      worse = not_optimal(results)
+      left_out += [f"{c} (the fitted constant scores below PAPA's mean: not loss-optimal, "
+                   "so no lower bound)" for c, _, _ in rows if c in worse]
+      rows = [r for r in rows if r[0] not in worse]
     row = dict(key=key, kind=DROP, test=test, threshold=threshold, percent=True,
                claim=claim, measure=measure, cells=[c for c, _, _ in rows],
                **_drop_claim(rows, test, threshold, level, seed),
@@ -217,6 +222,17 @@ def claims(results: list[dict], reps: list[dict], corr: dict, level: float,
       across_tasks=dict(n=c["n"], estimate=c["rho"], ci=c["ci"], verdict=verdict(
           ABOVE, 0.0, c["ci"]) if c["verdict"] != "not tested" else "not tested",
                         note=c.get("note", ""))))
+  return out
+
+
+def not_optimal(results: list[dict]) -> set[str]:
+  """Cells whose `optimal` constant scores below PAPA's mean with all heads constant: its fit
+  (`papa/optimal.py`) did not reach a better constant, so its drop bounds nothing."""
+  out = set()
+  for r in results:
+    by = {s["variant"]: s["all"] for s in r["summary"] if s["all"]}
+    if "optimal" in by and "raw" in by and by["optimal"]["mean"] < by["raw"]["mean"]:
+      out.add(f"{r['model']}/{r['task']}")
   return out
 
 

@@ -145,7 +145,8 @@ def test_the_all_heads_claim_gets_a_second_line_with_the_optimal_constant():
                                                                                        0.01])
     results.append(dict(model=f"m{m}", task="sst2", check=dict(informative=True),
                         baseline=dict(mean=0.8), summary=[
-                            dict(variant=v, half=None, all=dict(relative_drop=d, static_heads=4))
+                            dict(variant=v, half=None, all=dict(
+                                relative_drop=d, static_heads=4, mean=0.8 * (1 - d)))
                             for v, d in (("raw", mean_drop), ("optimal", opt_drop))]))
     reps.append(dict(drops={("raw", 4): reps_mean, ("optimal", 4): reps_opt},
                      baseline=np.full(3, 0.8)))
@@ -156,6 +157,13 @@ def test_the_all_heads_claim_gets_a_second_line_with_the_optimal_constant():
   assert got["all_optimal"]["verdict"] == "contradicted"  # 8% outside [2%, 4%].
   without = [dict(r, summary=r["summary"][:1]) for r in results]
   assert "all_optimal" not in {c["key"] for c in claims.claims(without, reps, {}, 0.95)}
+  # A fit that scores below the mean (here m1's: a 12% drop against 6%) bounds nothing.
+  results[1]["summary"][1]["all"].update(relative_drop=0.12, mean=0.8 * 0.88)
+  reps[1]["drops"][("optimal", 4)] = 0.12 + np.array([-0.01, 0, 0.01])
+  got = {c["key"]: c for c in claims.claims(results, reps, {}, 0.95)}
+  assert got["all_optimal"]["cells"] == ["m0/sst2"] and got["all_optimal"]["n"] == 1
+  assert "m1/sst2 (the fitted constant scores below PAPA's mean" in got["all_optimal"][
+      "left_out"][0]
 
 
 @pytest.mark.integration
@@ -188,3 +196,18 @@ def test_constant_logits_fit_on_8_devices_equals_1(splade, sst2_dir):
   # summed vs one) moves a logit by a small fraction of a step (lr = 0.05); 1.5e-4 at most here.
   diff = np.abs(p1["constant_logits"] - p8["constant_logits"])
   assert diff.max() < 0.01 * 0.05 < moved, (diff.max(), moved)
+
+
+@pytest.mark.unit
+def test_results_say_when_the_fitted_constant_is_worse_than_the_mean():
+  from papa_jax import results  # pylint: disable=import-outside-toplevel
+  row = dict(model="m", task="sst2", variant="raw", ordering="lambda", static_heads=0,
+             total_heads=4, fraction=0.0, seed=42, metric="accuracy", score=0.80,
+             best_score=0.8, seconds=1.0, run="r")
+  rows = [row, dict(row, static_heads=4, fraction=1.0, score=0.79),
+          dict(row, variant="optimal", static_heads=4, fraction=1.0, score=0.75)]
+  line = results.optimal_warning(rows)
+  assert line.startswith("The fitted optimal constant scores 0.7500 with all heads constant, "
+                         "below PAPA's mean (0.7900)")
+  rows[2]["score"] = 0.795
+  assert results.optimal_warning(rows) == "" == results.optimal_warning(rows[:2])
