@@ -25,11 +25,11 @@ import jax
 import numpy as np
 from absl import logging
 
-from papa_jax import data as data_lib, parallel
+from papa_jax import parallel
 from papa_jax.attention import AttentionOverride
 from papa_jax.config import schema as config_schema
-from papa_jax.papa import means
-from papa_jax.probing import fitting, train
+from papa_jax.papa import means, sort
+from papa_jax.probing import train
 from papa_jax.stage import Setup, Stage
 from papa_jax.workdir import storage
 from papa_jax.workdir.layout import RELATIVE
@@ -39,25 +39,16 @@ def fit(setup: Setup, mean: np.ndarray) -> tuple[np.ndarray, dict]:
   """The loss-optimal constants `[layers, heads, L, L]` (rows summing to 1), fitted from PAPA's
   `mean`, and a record of the fit (train loss and dev score of its first and last epoch,
   seconds, examples)."""
-  cfg, mc, layout = setup.config, setup.model.config, setup.layout
-  encoder = train.FrozenEncoder(setup.model.params, AttentionOverride.constant(mean), mc,
-                                dropout=cfg.probe.encoder_dropout, fit_constants=True)
-  data = setup.train_data
-  if 0 < cfg.sort.max_train_examples < len(data):
-    data = data.take(data_lib.subsample_indices(len(data), cfg.sort.max_train_examples,
-                                                cfg.data.subsample_seed + 1))
+  encoder = train.FrozenEncoder(setup.model.params, AttentionOverride.constant(mean),
+                                setup.model.config, dropout=setup.config.probe.encoder_dropout,
+                                fit_constants=True)
   t0 = time.perf_counter()
-  state, history, _ = fitting.fit(
-      "optimal constants", train.probe_module(setup.task, mc, cfg.probe), encoder,
-      train.make_optimizer(cfg.probe, gate_learning_rate=cfg.sort.gate_learning_rate),
-      train.FitConfig.from_config(cfg, cfg.sort.epochs, cfg.sort.seed,
-                                  layout.checkpoints(layout.stage_dir("optimal")),
-                                  setup.result_fingerprint(stage="optimal")),
-      data, setup.eval_data, train.scorer(setup.task, setup.eval_data.labels), setup.mesh)
+  state, history, _, examples = sort.fit_with_probe(
+      setup, "optimal", encoder, setup.result_fingerprint(stage="optimal"), "optimal constants")
   logits = jax.device_get(state.params["constant_logits"])
   rows = np.asarray(jax.nn.softmax(logits, -1), np.float32)
   metric = setup.task.headline_metric
-  info = dict(examples=len(data), epochs=len(history), seconds=time.perf_counter() - t0,
+  info = dict(examples=examples, epochs=len(history), seconds=time.perf_counter() - t0,
               train_loss=[history[0]["train_loss"], history[-1]["train_loss"]],
               dev_score=[history[0].get(metric), history[-1].get(metric)], metric=metric)
   return rows, info

@@ -39,6 +39,30 @@ def needs_ranking(setup: Setup) -> bool:
   return schedule.needs_ranking(static_head_counts(setup), setup.model.config.total_heads)
 
 
+def fit_with_probe(setup: Setup, stage: str, encoder: train.FrozenEncoder, fingerprint: str,
+                   name: str = ""):
+  """The sorting recipe: `encoder`'s trainable override arrays (gates or constant logits) at
+  `sort.gate_learning_rate`, with a fresh probe, on `sort.max_train_examples` of the train
+  split (seeded), for `sort.epochs`; resumable under `<stage>/checkpoints`; `name` (default
+  `stage`) labels its progress lines.
+
+  Returns:
+    `fitting.fit`'s (state, history, last eval outputs), and the number of train examples.
+  """
+  cfg, layout = setup.config, setup.layout
+  data = setup.train_data
+  if 0 < cfg.sort.max_train_examples < len(data):
+    data = data.take(data_lib.subsample_indices(len(data), cfg.sort.max_train_examples,
+                                                cfg.data.subsample_seed + 1))
+  state, history, logits = fitting.fit(
+      name or stage, train.probe_module(setup.task, setup.model.config, cfg.probe), encoder,
+      train.make_optimizer(cfg.probe, gate_learning_rate=cfg.sort.gate_learning_rate),
+      train.FitConfig.from_config(cfg, cfg.sort.epochs, cfg.sort.seed,
+                                  layout.checkpoints(layout.stage_dir(stage)), fingerprint),
+      data, setup.eval_data, train.scorer(setup.task, setup.eval_data.labels), setup.mesh)
+  return state, history, logits, len(data)
+
+
 def _run(setup: Setup) -> None:
   cfg, mc, layout = setup.config, setup.model.config, setup.layout
   if not needs_ranking(setup):
@@ -54,17 +78,8 @@ def _run(setup: Setup) -> None:
   encoder = train.FrozenEncoder(
       setup.model.params, AttentionOverride.gated(constants, jnp.zeros(constants.shape[:2])),
       mc, dropout=cfg.probe.encoder_dropout)
-  data = setup.train_data
-  if 0 < cfg.sort.max_train_examples < len(data):
-    data = data.take(data_lib.subsample_indices(len(data), cfg.sort.max_train_examples,
-                                                cfg.data.subsample_seed + 1))
   t0 = time.perf_counter()
-  state, history, logits = fitting.fit(
-      "sort", train.probe_module(setup.task, mc, cfg.probe), encoder,
-      train.make_optimizer(cfg.probe, gate_learning_rate=cfg.sort.gate_learning_rate),
-      train.FitConfig.from_config(cfg, cfg.sort.epochs, cfg.sort.seed,
-                                  layout.checkpoints(layout.stage_dir("sort")), fingerprint),
-      data, setup.eval_data, train.scorer(setup.task, setup.eval_data.labels), setup.mesh)
+  state, history, logits, _ = fit_with_probe(setup, "sort", encoder, fingerprint)
   lambdas = np.asarray(jax.device_get(state.params["gates"]))
   if parallel.is_main_process():
     rep = cfg.report
