@@ -62,17 +62,35 @@ def make_ablated_logits(config: EncoderConfig, probe: nn.Module, kind: str, laye
 
   def fn(frozen, batch):
     enc, probe_params, hidden, constants = frozen
-    mask = batch["attention_mask"]
     ov = AttentionOverride.intervene(HeadAblation(
         jnp.full_like(batch["head"], layer), batch["head"],
         constants if kind == "constant" else None, kind=kind))
-    before = hidden[batch["example"]]  # [R, K, L, D]
-    out = module.apply({"params": enc}, batch["input_ids"], mask, batch["token_type_ids"],
-                       override=ov, start_layer=layer, start_hidden=before[:, layer])
-    feats = jnp.concatenate([before[:, :layer], jnp.stack(out.hidden_states, 1)], axis=1)
-    return probe.apply({"params": probe_params}, feats, mask, deterministic=True)
+    return probe_from_layer(module, probe, enc, probe_params, hidden, batch, ov, layer)
 
   return fn
+
+
+def probe_from_layer(module: Encoder, probe: nn.Module, enc, probe_params, hidden, batch,
+                     override: AttentionOverride, layer: int):
+  """Probe outputs of rows whose `override` acts from `layer` on: the encoder starts there
+  from the rows' cached hidden states (`hidden [N, K, L, D]` of the unmodified encoder,
+  indexed by `batch["example"]`), so earlier layers are never recomputed."""
+  mask = batch["attention_mask"]
+  before = hidden[batch["example"]]  # [R, K, L, D]
+  out = module.apply({"params": enc}, batch["input_ids"], mask, batch["token_type_ids"],
+                     override=override, start_layer=layer, start_hidden=before[:, layer])
+  feats = jnp.concatenate([before[:, :layer], jnp.stack(out.hidden_states, 1)], axis=1)
+  return probe.apply({"params": probe_params}, feats, mask, deterministic=True)
+
+
+def per_row(fn, frozen, table: dict, n: int, per_example: int, mesh, batch_size: int,
+            desc: str = "") -> np.ndarray:
+  """`fn(frozen, batch)` over example-major rows (`per_example` per example, `n` examples),
+  batched over the mesh: outputs `[per_example, n, ...]`."""
+  outs = [out[valid] for _, out, valid in parallel.map_batches(
+      lambda b: fn(frozen, b), table, batch_size=batch_size, mesh=mesh, desc=desc)]
+  logits = np.concatenate(outs)
+  return logits.reshape((n, per_example) + logits.shape[1:]).swapaxes(0, 1)
 
 
 @functools.lru_cache(maxsize=32)
@@ -85,13 +103,9 @@ def compiled(config: EncoderConfig, probe: nn.Module, kind: str, layer: int, mes
 def ablate_layer(config: EncoderConfig, probe: nn.Module, kind: str, layer: int, frozen,
                  data, mesh, batch_size: int, desc: str = "") -> np.ndarray:
   """Probe outputs `[H, N, ...]`: row h holds every example with head h ablated."""
-  fn = compiled(config, probe, kind, layer, mesh)
   n, h = len(data), config.num_heads
-  table = rows(data, h, np.arange(n))
-  outs = [out[valid] for _, out, valid in parallel.map_batches(
-      lambda b: fn(frozen, b), table, batch_size=batch_size, mesh=mesh, desc=desc)]
-  logits = np.concatenate(outs)
-  return logits.reshape((n, h) + logits.shape[1:]).swapaxes(0, 1)
+  return per_row(compiled(config, probe, kind, layer, mesh), frozen,
+                 rows(data, h, np.arange(n)), n, h, mesh, batch_size, desc)
 
 
 # The ablation stage.

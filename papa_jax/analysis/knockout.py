@@ -76,15 +76,10 @@ def make_knockout_logits(config: EncoderConfig, probe: nn.Module, first: int, la
 
   def fn(frozen, batch):
     enc, probe_params, hidden = frozen
-    mask = batch["attention_mask"]
     rows = batch["example"].shape[0]
     ov = AttentionOverride.intervene(Knockout(batch["blocked"], jnp.full((rows,), first),
                                               jnp.full((rows,), last), rule=rule))
-    before = hidden[batch["example"]]  # [R, K, L, D]
-    out = module.apply({"params": enc}, batch["input_ids"], mask, batch["token_type_ids"],
-                       override=ov, start_layer=first, start_hidden=before[:, first])
-    feats = jnp.concatenate([before[:, :first], jnp.stack(out.hidden_states, 1)], axis=1)
-    return probe.apply({"params": probe_params}, feats, mask, deterministic=True)
+    return ablation.probe_from_layer(module, probe, enc, probe_params, hidden, batch, ov, first)
 
   return fn
 
@@ -100,16 +95,13 @@ def knock_window(config: EncoderConfig, probe: nn.Module, first: int, last: int,
                  frozen, data, blocked: np.ndarray, mesh, batch_size: int,
                  desc: str = "") -> np.ndarray:
   """Probe outputs `[C, N, ...]`: row c holds every example with class c knocked out."""
-  fn = _compiled(config, probe, first, last, rule, mesh)
   n, c = blocked.shape[:2]
   ex = np.repeat(np.arange(n), c).astype(np.int32)
   table = dict(example=ex, blocked=blocked.reshape((n * c,) + blocked.shape[2:]),
                input_ids=data.input_ids[ex], attention_mask=data.attention_mask[ex],
                token_type_ids=data.token_type_ids[ex])
-  outs = [out[valid] for _, out, valid in parallel.map_batches(
-      lambda b: fn(frozen, b), table, batch_size=batch_size, mesh=mesh, desc=desc)]
-  logits = np.concatenate(outs)
-  return logits.reshape((n, c) + logits.shape[1:]).swapaxes(0, 1)
+  return ablation.per_row(_compiled(config, probe, first, last, rule, mesh), frozen, table, n,
+                          c, mesh, batch_size, desc)
 
 
 def windows(num_layers: int, width: int) -> list[tuple[int, int]]:
