@@ -24,7 +24,7 @@ import math
 
 import numpy as np
 
-from papa_jax import significance, uncertainty
+from papa_jax import results as results_lib, significance, uncertainty
 from papa_jax.measures import rank_agreement
 
 PAPER_ALL_HEADS_DROP = 0.08  # Hassid et al. 2022: about 8% with every head constant.
@@ -228,12 +228,8 @@ def claims(results: list[dict], reps: list[dict], corr: dict, level: float,
 def not_optimal(results: list[dict]) -> set[str]:
   """Cells whose `optimal` constant scores below PAPA's mean with all heads constant: its fit
   (`papa/optimal.py`) did not reach a better constant, so its drop bounds nothing."""
-  out = set()
-  for r in results:
-    by = {s["variant"]: s["all"] for s in r["summary"] if s["all"]}
-    if "optimal" in by and "raw" in by and by["optimal"]["mean"] < by["raw"]["mean"]:
-      out.add(f"{r['model']}/{r['task']}")
-  return out
+  return {f"{r['model']}/{r['task']}" for r in results if results_lib.not_optimal(
+      {s["variant"]: s["all"]["mean"] for s in r["summary"] if s["all"]})}
 
 
 def _drop_claim(rows: list[tuple[str, float, np.ndarray]], test: str, threshold: float,
