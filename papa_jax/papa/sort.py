@@ -11,6 +11,7 @@ log warns and every output that uses its ranking says so.
 
 from __future__ import annotations
 
+import os
 import time
 
 import jax
@@ -39,27 +40,37 @@ def needs_ranking(setup: Setup) -> bool:
   return schedule.needs_ranking(static_head_counts(setup), setup.model.config.total_heads)
 
 
+def fit_data(setup: Setup):
+  """The sorting recipe's train examples: `sort.max_train_examples` of the train split
+  (seeded by `data.subsample_seed` + 1), or all of it."""
+  cfg, data = setup.config, setup.train_data
+  if 0 < cfg.sort.max_train_examples < len(data):
+    data = data.take(data_lib.subsample_indices(len(data), cfg.sort.max_train_examples,
+                                                cfg.data.subsample_seed + 1))
+  return data
+
+
 def fit_with_probe(setup: Setup, stage: str, encoder: train.FrozenEncoder, fingerprint: str,
-                   name: str = ""):
+                   name: str = "", part: str = "", init_probe=None):
   """The sorting recipe: `encoder`'s trainable override arrays (gates or constant logits) at
-  `sort.gate_learning_rate`, with a fresh probe, on `sort.max_train_examples` of the train
-  split (seeded), for `sort.epochs`; resumable under `<stage>/checkpoints`; `name` (default
-  `stage`) labels its progress lines.
+  `sort.gate_learning_rate`, with a fresh probe (or one started at `init_probe`), on
+  `fit_data`, for `sort.epochs`; resumable under `<stage>[/<part>]/checkpoints`; `name`
+  (default `stage`) labels its progress lines.
 
   Returns:
     `fitting.fit`'s (state, history, last eval outputs), and the number of train examples.
   """
   cfg, layout = setup.config, setup.layout
-  data = setup.train_data
-  if 0 < cfg.sort.max_train_examples < len(data):
-    data = data.take(data_lib.subsample_indices(len(data), cfg.sort.max_train_examples,
-                                                cfg.data.subsample_seed + 1))
+  data = fit_data(setup)
+  run_dir = layout.stage_dir(stage)
   state, history, logits = fitting.fit(
       name or stage, train.probe_module(setup.task, setup.model.config, cfg.probe), encoder,
       train.make_optimizer(cfg.probe, gate_learning_rate=cfg.sort.gate_learning_rate),
       train.FitConfig.from_config(cfg, cfg.sort.epochs, cfg.sort.seed,
-                                  layout.checkpoints(layout.stage_dir(stage)), fingerprint),
-      data, setup.eval_data, train.scorer(setup.task, setup.eval_data.labels), setup.mesh)
+                                  layout.checkpoints(os.path.join(run_dir, part) if part
+                                                     else run_dir), fingerprint),
+      data, setup.eval_data, train.scorer(setup.task, setup.eval_data.labels), setup.mesh,
+      init_probe)
   return state, history, logits, len(data)
 
 

@@ -22,6 +22,7 @@ from papa_jax import parallel, preemption
 from papa_jax.data import pipeline
 from papa_jax.data.preprocess import IGNORE
 from papa_jax.progress import INTERVAL, Progress
+from papa_jax.probing import probes
 from papa_jax.probing.train import (FitConfig, FrozenEncoder, TrainState, init_state,
                                     make_eval_step, make_group_step, make_train_step, take)
 from papa_jax.errors import TrainingDiverged
@@ -62,6 +63,16 @@ def predict(eval_fn, params, encoder: FrozenEncoder, data, mesh, batch_size: int
   outs = [out[valid] for _, out, valid in parallel.map_batches(
       lambda b: eval_fn(params, b, encoder), data, batch_size=batch_size, mesh=mesh)]
   return np.concatenate(outs)
+
+
+def data_loss(probe: nn.Module, params, encoder: FrozenEncoder, data, mesh,
+              batch_size: int) -> float:
+  """The probe's mean loss over `data` (tokens for tagging), deterministic (no dropout), with
+  `params`' trainable override arrays in the encoder."""
+  out = predict(jax.jit(make_eval_step(probe)), params, encoder, data, mesh, batch_size)
+  labels = np.asarray(data.labels)
+  return float(probes.loss_fn(probe.kind, jnp.asarray(out), jnp.asarray(labels),
+                              jnp.ones(len(labels), bool))[0])
 
 
 def vectorisable(data, mesh) -> bool:
@@ -131,9 +142,10 @@ def _row(tree: Any, p: int) -> Any:
 
 
 def fit(name: str, probe: nn.Module, encoder: FrozenEncoder, tx, cfg: FitConfig, train_data,
-        eval_data, score_fn: Callable[[np.ndarray], dict],
-        mesh) -> tuple[TrainState, list[dict], np.ndarray]:
+        eval_data, score_fn: Callable[[np.ndarray], dict], mesh,
+        init_probe: Any = None) -> tuple[TrainState, list[dict], np.ndarray]:
   """Trains `probe` for `cfg.epochs`, evaluating each epoch; resumable (`fit_many` of one).
+  `init_probe`: the probe's starting parameters (default: initialised from `cfg.seed`).
 
   The data order of epoch e depends only on (seed, e) and dropout keys only on
   the step, so resuming from a checkpoint (at an epoch end, or within an epoch
@@ -144,12 +156,13 @@ def fit(name: str, probe: nn.Module, encoder: FrozenEncoder, tx, cfg: FitConfig,
     The final state, the per-epoch history (train loss, eval scores, time), and
     the last epoch's eval outputs (logits) for every eval example.
   """
-  return fit_many(name, probe, encoder, tx, [cfg], train_data, eval_data, score_fn, mesh)[0]
+  return fit_many(name, probe, encoder, tx, [cfg], train_data, eval_data, score_fn, mesh,
+                  init_probe)[0]
 
 
 def fit_many(name: str, probe: nn.Module, encoder: FrozenEncoder, tx, cfgs: list[FitConfig],
-             train_data, eval_data, score_fn: Callable[[np.ndarray], dict],
-             mesh) -> list[tuple[TrainState, list[dict], np.ndarray]]:
+             train_data, eval_data, score_fn: Callable[[np.ndarray], dict], mesh,
+             init_probe: Any = None) -> list[tuple[TrainState, list[dict], np.ndarray]]:
   """`fit` of several probes that differ only in seed (and checkpoint directory), trained
   together in one vmapped step where `vectorisable` (else in turn). Each probe keeps its
   own data order, dropout keys, history and checkpoints, as if trained alone; probes whose
@@ -162,7 +175,8 @@ def fit_many(name: str, probe: nn.Module, encoder: FrozenEncoder, tx, cfgs: list
   ckpts = [ckpt_lib.Checkpointer(c.checkpoint_dir) if c.checkpoint_dir else None for c in cfgs]
   states, metas = [], []
   for c, ckpt in zip(cfgs, ckpts):
-    state = jax.device_put(init_state(probe, encoder, tx, c.seed, eval_data.max_length), repl)
+    state = init_state(probe, encoder, tx, c.seed, eval_data.max_length, init_probe)
+    state = jax.device_put(state, repl)
     meta = {}
     if ckpt is not None and ckpt.latest_step() is not None:
       state, meta = ckpt.restore(ckpt.latest_step(), state, c.fingerprint)

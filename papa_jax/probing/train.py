@@ -115,12 +115,17 @@ def constant_logits(constants: Array) -> Array:
   return jnp.log(jnp.maximum(jnp.asarray(constants, jnp.float32), 1e-30))
 
 
-def init_state(probe: nn.Module, encoder: FrozenEncoder, tx, seed: int,
-               max_length: int) -> TrainState:
-  k, l, d = encoder.feature_shape(max_length)
-  dummy = jnp.zeros((1, k, l, d), jnp.float32)
-  params = {"probe": probe.init(jax.random.key(seed), dummy, jnp.ones((1, l)))["params"],
-            **encoder.trainable()}
+def init_state(probe: nn.Module, encoder: FrozenEncoder, tx, seed: int, max_length: int,
+               init_probe: Any = None) -> TrainState:
+  """A fresh state: the probe initialised from `seed` (or a copy of `init_probe`), the
+  encoder's trainable arrays at their start, a fresh optimiser state."""
+  if init_probe is None:
+    k, l, d = encoder.feature_shape(max_length)
+    dummy = jnp.zeros((1, k, l, d), jnp.float32)
+    init_probe = probe.init(jax.random.key(seed), dummy, jnp.ones((1, l)))["params"]
+  else:  # A copy: the train step donates its state, never the caller's arrays.
+    init_probe = jax.tree.map(jnp.array, init_probe)
+  params = {"probe": init_probe, **encoder.trainable()}
   return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params))
 
 

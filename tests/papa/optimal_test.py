@@ -75,9 +75,10 @@ def test_constant_logits_gradient_equals_central_differences(splade, sst2_dir):
 
 @pytest.mark.integration
 def test_optimal_constants_fit_lower_train_loss_than_the_mean_they_start_at(tmp_path):
-  """The stage fits the logits from log(mean): with the logits' rate 0 it is PAPA's mean under
-  the same probe, seed and data order, and with the sorting run's rate its final train loss is
-  lower; the saved rows are distributions, differ from the mean's, and the probe stage uses
+  """The stage fits the logits from log(mean) with a probe first trained on the mean: with the
+  logits' rate 0 it is PAPA's mean under the same probe, seed and data order, and with the
+  sorting run's rate its final train loss is below both that and the loss it started at (the
+  mean's, under the trained probe); the saved rows are distributions, differ from the mean's, and the probe stage uses
   them like any constant."""
   require_model("splade_tiny")
   losses = {}
@@ -89,7 +90,13 @@ def test_optimal_constants_fit_lower_train_loss_than_the_mean_they_start_at(tmp_
     rows = run.run(c, wd)
     m = means_lib.load_means(os.path.join(wd, "means", "means_optimal.npz"))
     raw = means_lib.load_means(os.path.join(wd, "means", "means_raw.npz"))
-    losses[lr] = m.metadata["fit"]["train_loss"][-1]
+    fit = m.metadata["fit"]
+    losses[lr] = fit["train_loss"][-1]
+    if lr > 0:  # Started at the mean with a probe trained on it, and ends below.
+      assert fit["train_loss"][1] < fit["train_loss"][0], fit
+    else:  # The joint part goes on from the trained probe, not from a fresh one.
+      probe_part, joint_part = fit["epoch_losses"]
+      assert joint_part[0] < probe_part[0] - 1e-3, fit
     sums = m.avgs.sum(-1)
     np.testing.assert_allclose(sums, 1.0, atol=1e-5)
     norm = raw.avgs / np.maximum(raw.avgs.sum(-1, keepdims=True), 1e-30)
