@@ -21,49 +21,12 @@ import numpy as np
 
 from papa_jax import attention as attn
 from papa_jax.models import deberta, relative_bias, rotary
+from papa_jax.models.blocks import (  # noqa: F401 (DTYPES, activation: re-exported)
+    DTYPES, INIT, Embeddings, activation, cast, compute_dtype, layer_norm, mlp, norm_scale, widen)
 from papa_jax.models.capture import Capture, EncoderOutput, LayerIntermediates  # Re-exported.
 from papa_jax.models.config import EncoderConfig
 
 Array = jax.Array
-_init = nn.initializers.normal(stddev=0.02)
-
-
-DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
-
-
-def compute_dtype(config: EncoderConfig):
-  """The matmul dtype for mixed precision, or None (compute in the parameters' dtype).
-
-  With bfloat16, parameters, the residual stream, LayerNorms and softmax stay
-  float32 (or wider).
-  """
-  return None if config.compute_dtype == "float32" else DTYPES[config.compute_dtype]
-
-
-def _cast(x: Array, dtype) -> Array:
-  return x if dtype is None else x.astype(dtype)
-
-
-def _widen(x: Array) -> Array:
-  """At least float32 (bfloat16 matmul outputs back to the residual dtype)."""
-  return x.astype(jnp.promote_types(x.dtype, jnp.float32))
-
-
-def activation(name: str):
-  if name == "gelu":
-    return functools.partial(jax.nn.gelu, approximate=False)
-  if name in ("gelu_new", "gelu_pytorch_tanh"):
-    return functools.partial(jax.nn.gelu, approximate=True)
-  if name == "relu":
-    return jax.nn.relu
-  return jax.nn.silu
-
-
-def layer_norm(config: EncoderConfig, name: str) -> nn.LayerNorm:
-  # Two-pass variance, as torch computes it.
-  return nn.LayerNorm(epsilon=config.layer_norm_eps, use_fast_variance=False,
-                      use_bias=config.norm_bias, name=name)
-
 
 class HeadProjection(nn.Module):
   """`x @ W + b` split into heads: kernel `[D, H, d]`, bias `[H, d]`."""
@@ -76,7 +39,7 @@ class HeadProjection(nn.Module):
   @nn.compact
   def __call__(self, x: Array, heads: tuple[int, ...] | None = None) -> Array:
     kernel = self.param(
-        "kernel", _init, (x.shape[-1], self.num_heads, self.head_dim)
+        "kernel", INIT, (x.shape[-1], self.num_heads, self.head_dim)
     )
     bias = (
         self.param("bias", nn.initializers.zeros, (self.num_heads, self.head_dim))
@@ -87,8 +50,8 @@ class HeadProjection(nn.Module):
       idx = np.asarray(heads, dtype=np.int32)
       kernel = kernel[:, idx]
       bias = None if bias is None else bias[idx]
-    y = jnp.einsum("...d,dhk->...hk", _cast(x, self.dtype), _cast(kernel, self.dtype))
-    return y if bias is None else y + _cast(bias, self.dtype)
+    y = jnp.einsum("...d,dhk->...hk", cast(x, self.dtype), cast(kernel, self.dtype))
+    return y if bias is None else y + cast(bias, self.dtype)
 
 
 class SelfAttention(nn.Module):
@@ -107,7 +70,7 @@ class SelfAttention(nn.Module):
     self.query = HeadProjection(h, d, use_bias=b, dtype=dt)
     self.key = HeadProjection(h, d, use_bias=b and c.key_bias, dtype=dt)
     self.value = HeadProjection(h, d, use_bias=b, dtype=dt)
-    self.out_kernel = self.param("out_kernel", _init, (h, d, c.hidden_size))
+    self.out_kernel = self.param("out_kernel", INIT, (h, d, c.hidden_size))
     if b:
       self.out_bias = self.param("out_bias", nn.initializers.zeros, (c.hidden_size,))
     if c.relative_attention and not c.share_att_key:
@@ -129,7 +92,7 @@ class SelfAttention(nn.Module):
     params = [m.variables["params"] for m in (self.query, self.key, self.value)]
     kernel = jnp.concatenate([p["kernel"] for p in params], axis=1)
     bias = jnp.concatenate([p.get("bias", jnp.zeros((h, d), kernel.dtype)) for p in params])
-    y = jnp.einsum("...d,dhk->...hk", _cast(x, dt), _cast(kernel, dt)) + _cast(bias, dt)
+    y = jnp.einsum("...d,dhk->...hk", cast(x, dt), cast(kernel, dt)) + cast(bias, dt)
     return y[:, :, :h], y[:, :, h:2 * h], y[:, :, 2 * h:]
 
   def _rotated(self, q: Array, k: Array) -> tuple[Array, Array]:
@@ -155,7 +118,7 @@ class SelfAttention(nn.Module):
       q, k = self.query(x, heads), self.key(x, heads)
     if c.attention == "dot":
       q, k = self._rotated(q, k)
-      scores = _widen(jnp.einsum("bqhd,bkhd->bhqk", q, k) * (c.dim_per_head**-0.5))
+      scores = widen(jnp.einsum("bqhd,bkhd->bhqk", q, k) * (c.dim_per_head**-0.5))
       if bias is not None:
         scores = scores + _head_rows(bias, heads)
       return attn.softmax_with_key_mask(scores, mask, self._window(x.shape[1]))
@@ -170,7 +133,7 @@ class SelfAttention(nn.Module):
         if "c2p" in c.pos_att_type:
           pos_k = self.pos_key(rel_embeddings, heads)
     scores = deberta.disentangled_scores(c, q, k, pos_q, pos_k)
-    return attn.softmax_with_pair_mask(_widen(scores), mask)
+    return attn.softmax_with_pair_mask(widen(scores), mask)
 
   def _fused_context(self, x: Array, mask: Array, bias: Array | None, heads: tuple[int, ...],
                      v: Array) -> Array:
@@ -217,15 +180,19 @@ class SelfAttention(nn.Module):
         override, functools.partial(self._dynamic_probs, x, mask, rel_embeddings, bias, qk), v,
         mask, capture=capture.probs, dropout=dropout, fused_context=fused)
     dt = compute_dtype(c)
-    out = jnp.einsum("bqhd,hde->bqe", _cast(context, dt), _cast(self.out_kernel, dt))
-    out = _widen(out + _cast(self.out_bias, dt) if c.attention_bias else out)
+    out = jnp.einsum("bqhd,hde->bqe", cast(context, dt), cast(self.out_kernel, dt))
+    out = widen(out + cast(self.out_bias, dt) if c.attention_bias else out)
+    if override is not None:
+      out = override.apply("attention_output", out, mask)
     kept = dict(probs=probs, values=jnp.swapaxes(v, 1, 2))
+    if capture.context:
+      kept["context"] = jnp.swapaxes(context, 1, 2)
     if capture.transformed_values:
-      kept["transformed_values"] = _widen(jnp.einsum("bkhd,hde->bhke", _cast(v, dt),
-                                                     _cast(self.out_kernel, dt)))
+      kept["transformed_values"] = widen(jnp.einsum("bkhd,hde->bhke", cast(v, dt),
+                                                     cast(self.out_kernel, dt)))
     if capture.head_outputs:
-      kept["head_outputs"] = _widen(jnp.einsum("bqhd,hde->bhqe", _cast(context, dt),
-                                               _cast(self.out_kernel, dt)))
+      kept["head_outputs"] = widen(jnp.einsum("bqhd,hde->bhqe", cast(context, dt),
+                                               cast(self.out_kernel, dt)))
     kept["attention_output"] = out
     return out, {k: v for k, v in kept.items() if getattr(capture, k)}
 
@@ -235,23 +202,6 @@ def _head_rows(x: Array, heads: tuple[int, ...]) -> Array:
   if heads == tuple(range(x.shape[0])):
     return x
   return x[np.asarray(heads, dtype=np.int32)]
-
-
-def _norm_scale(x: Array, eps: float) -> Array:
-  """`sqrt(var(x) + eps)` over the last axis (two-pass variance, as the LayerNorms)."""
-  x = _widen(x)
-  return jnp.sqrt(jnp.var(x, axis=-1) + eps)
-
-
-def _mlp(c: EncoderConfig, h: Array) -> Array:
-  """`W2 act(W1 h)`, or gated `W2 (act(W1 h) * U h)` (W1 "intermediate", U "up"); its
-  Dense layers belong to the calling layer (call inside its compact method)."""
-  dense = functools.partial(nn.Dense, kernel_init=_init, dtype=compute_dtype(c),
-                            use_bias=c.mlp_bias)
-  f = activation(c.hidden_act)(dense(c.intermediate_size, name="intermediate")(h))
-  if c.mlp == "gated":
-    f = f * dense(c.intermediate_size, name="up")(h)
-  return _widen(dense(c.hidden_size, name="output")(f))
 
 
 class TransformerLayer(nn.Module):
@@ -270,6 +220,8 @@ class TransformerLayer(nn.Module):
     if pre and capture.layer_norms:
       raise ValueError("Capture(layer_norms=True) records post-LayerNorm sums; this model "
                        "has norm_placement='pre' (e.g. ModernBERT).")  # caller's argument
+    site = (lambda name, v: override.apply(name, v, mask)) if override is not None else (
+        lambda name, v: v)
     a_in = x
     if pre and (self.layer_index or c.first_attention_norm):
       a_in = layer_norm(c, "attention_norm")(x)
@@ -279,52 +231,20 @@ class TransformerLayer(nn.Module):
     )
     u = x + drop(a, deterministic=deterministic)
     if pre:
-      f = _mlp(c, layer_norm(c, "mlp_norm")(u))
-      return u + drop(f, deterministic=deterministic), LayerIntermediates(**kept)
-    h = layer_norm(c, "attention_norm")(u)
-    f = _mlp(c, h)
-    r = h + drop(f, deterministic=deterministic)
-    out = layer_norm(c, "output_norm")(r)
-    if capture.layer_norms:
-      kept.update(attention_norm_input=u, attention_norm_output=h, output_norm_input=r,
-                  attention_norm_scale=_norm_scale(u, c.layer_norm_eps),
-                  output_norm_scale=_norm_scale(r, c.layer_norm_eps))
+      f = site("mlp_output", mlp(c, layer_norm(c, "mlp_norm")(u)))
+      out = site("residual_out", u + drop(f, deterministic=deterministic))
+    else:
+      h = layer_norm(c, "attention_norm")(u)
+      f = site("mlp_output", mlp(c, h))
+      r = h + drop(f, deterministic=deterministic)
+      out = site("residual_out", layer_norm(c, "output_norm")(r))
+      if capture.layer_norms:
+        kept.update(attention_norm_input=u, attention_norm_output=h, output_norm_input=r,
+                    attention_norm_scale=norm_scale(u, c.layer_norm_eps),
+                    output_norm_scale=norm_scale(r, c.layer_norm_eps))
+    kept.update({k: v for k, v in dict(mlp_output=f, residual_in=x, residual_out=out).items()
+                 if getattr(capture, k)})
     return out, LayerIntermediates(**kept)
-
-
-class Embeddings(nn.Module):
-  """Token, position and segment embeddings, as the config's flags say."""
-
-  config: EncoderConfig
-
-  @nn.compact
-  def __call__(self, input_ids, mask, token_type_ids, position_ids, *, deterministic):
-    c = self.config
-    e = nn.Embed(c.vocab_size, c.embed_dim, embedding_init=_init,
-                 name="word_embeddings")(input_ids)
-    if c.position_biased_input:
-      if position_ids is None:
-        if c.position_ids == "from_padding":  # HF create_position_ids_from_input_ids.
-          nonpad = (input_ids != c.pad_token_id).astype(jnp.int32)
-          position_ids = jnp.cumsum(nonpad, axis=1) * nonpad + c.pad_token_id
-        else:
-          position_ids = jnp.arange(input_ids.shape[1])[None]
-      e = e + nn.Embed(c.max_position_embeddings, c.embed_dim,
-                       embedding_init=_init, name="position_embeddings")(position_ids)
-    if c.type_vocab_size > 0:
-      if token_type_ids is None:
-        token_type_ids = jnp.zeros_like(input_ids)
-      e = e + nn.Embed(c.type_vocab_size, c.embed_dim, embedding_init=_init,
-                       name="token_type_embeddings")(token_type_ids)
-    if c.embedding_projection == "before_norm":
-      e = nn.Dense(c.hidden_size, use_bias=False, kernel_init=_init, name="embed_proj")(e)
-    e = layer_norm(c, "LayerNorm")(e)
-    if c.mask_embeddings:
-      e = e * mask[..., None].astype(e.dtype)
-    e = nn.Dropout(c.hidden_dropout)(e, deterministic=deterministic)
-    if c.embedding_projection == "after_dropout":
-      e = nn.Dense(c.hidden_size, kernel_init=_init, name="embed_proj")(e)
-    return e
 
 
 class Encoder(nn.Module):
@@ -390,18 +310,20 @@ class Encoder(nn.Module):
       )
     rel = None
     if c.relative_attention:
-      rel = self.param("rel_embeddings", _init,
+      rel = self.param("rel_embeddings", INIT,
                        (deberta.rel_embedding_rows(c), c.hidden_size))
       if c.norm_rel_ebd:
         rel = layer_norm(c, "rel_norm")(rel)
       rel = deberta.sliced_rel_embeddings(c, rel, seq_len)
     bias = None
     if c.relative_bias_buckets:  # Looked up once, shared by every layer.
-      table = self.param("relative_bias", _init, (c.relative_bias_buckets, c.num_heads))
+      table = self.param("relative_bias", INIT, (c.relative_bias_buckets, c.num_heads))
       bias = relative_bias.relative_bias(c, table, seq_len)
     hidden, layers = [h], []
     for i in range(start_layer, c.num_layers):
       lo = override.for_layer(i) if override is not None else None
+      if lo is not None:  # The residual stream entering layer i, as hidden_states[i] says.
+        h = hidden[-1] = lo.apply("residual_in", h, mask)
       h, kept = TransformerLayer(c, i, name=f"layer_{i}")(
           h, mask, lo, rel, bias, deterministic=deterministic, capture=capture
       )
