@@ -170,7 +170,12 @@ def as_static_heads(static_heads: Any) -> StaticHeads | None:
   return tuple(tuple(bool(v) for v in row) for row in arr)
 
 
-SITES = ("values", "probs", "context")
+SITES = ("values", "probs", "context", "residual_in", "attention_output", "mlp_output",
+         "residual_out")
+# Where each site's activation keeps its positions and heads (batch is axis 0): the shapes
+# `Intervention` lists. Positions are the query rows at "probs".
+SITE_AXES = {"values": (1, 2), "probs": (2, 1), "context": (1, 2), "residual_in": (1, None),
+             "attention_output": (1, None), "mlp_output": (1, None), "residual_out": (1, None)}
 
 
 class Intervention(Protocol):
@@ -185,7 +190,13 @@ class Intervention(Protocol):
     * "probs": `x` is the probabilities `[B, H, L, L]` after constant or gated
       heads are mixed in, before dropout (`values` is passed, `[B, L, H, d]`);
     * "context": `x` is each head's output `[B, L, H, d]` (probabilities times
-      values) before the output projection.
+      values) before the output projection;
+    * "residual_in": the layer's input `[B, L, D]` (the residual stream entering it);
+    * "attention_output": the attention block's output `[B, L, D]` (projected, bias
+      included) before dropout and the residual sum;
+    * "mlp_output": the MLP's output `[B, L, D]` before dropout and the residual sum;
+    * "residual_out": the layer's output `[B, L, D]` (the residual stream leaving it; the
+      last layer's before a final LayerNorm).
   `layer` is the layer index (a Python int) and `mask` the `[B, L]` bool mask.
   """
 

@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from papa_jax.measures import effective
-from papa_jax.attention import mask_and_normalize, uniform_probs
+from papa_jax.attention import SITE_AXES, SITES, mask_and_normalize, uniform_probs
 
 Array = jax.Array
 ABLATIONS = ("uniform", "constant", "effective")
@@ -203,6 +203,101 @@ class HeadMask:
     scale = jnp.asarray(self.scale)
     per_head = scale[layer][None] if scale.ndim == 2 else scale[:, layer]  # [B or 1, H]
     return x * per_head[:, None, :, None].astype(x.dtype)
+
+
+def _check_site(name: str, site: str) -> None:
+  if site not in SITES:
+    raise ValueError(f"{name} site {site!r}; choose one of {SITES}.")  # caller's argument
+
+
+def _check_source(name: str, source, batch: int | None) -> None:
+  shape = tuple(np.shape(source))
+  if batch is not None and (not shape or shape[0] != batch):
+    # caller's argument
+    raise ValueError(f"{name} has shape {shape}; expected [batch, ...] with batch {batch}.")
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class Patch:
+  """Activation patching: at `site` of layer `layers[b]` (-1: none), example b's activation
+  replaced by `source[b]` at position `positions[b]` (-1: every position) of head `heads[b]`
+  (-1: every head; sites with heads only: "values", "probs", "context").
+
+  `source` holds, per example, the site's activation of that example's layer in another run
+  (clean into corrupt, or the reverse), or an ablation's value: zeros, a mean over examples,
+  another example's (`papa_jax/causal/patching.py` builds them). Targets are traced, so a
+  sweep over layers, positions and heads never recompiles.
+
+  Attributes:
+    source: `[batch, ...]`, the site's shape for one layer (`attention.Intervention`).
+    layers, positions, heads: `[batch]` int (traced).
+    site: one of `attention.SITES` (static).
+  """
+
+  source: Array
+  layers: Array
+  positions: Array
+  heads: Array
+  site: str = dataclasses.field(default="residual_out", metadata=dict(static=True))
+
+  def __post_init__(self):
+    _check_site("Patch", self.site)
+    for name in ("layers", "positions", "heads"):
+      object.__setattr__(self, name, _rows(getattr(self, name)))
+
+  def validate(self, *, num_layers: int, num_heads: int, seq_len: int,
+               batch: int | None) -> None:
+    del num_layers, num_heads, seq_len
+    for name in ("layers", "positions", "heads"):
+      _check_rows(f"Patch.{name}", getattr(self, name), batch)
+    _check_source("Patch.source", self.source, batch)
+
+  def __call__(self, x: Array, *, layer: int, mask: Array, values: Array | None) -> Array:
+    del mask, values
+    if tuple(self.source.shape) != tuple(x.shape):
+      # caller's argument
+      raise ValueError(f"Patch.source has shape {tuple(self.source.shape)}; the {self.site!r} "
+                       f"site of layer {layer} has shape {tuple(x.shape)}.")
+    col = lambda t: jnp.asarray(t).reshape((-1,) + (1,) * (x.ndim - 1))  # [B] -> [B, 1, ..]
+    hit = col(self.layers) == layer
+    for axis, target in zip(SITE_AXES[self.site], (self.positions, self.heads)):
+      if axis is not None:
+        at = jax.lax.broadcasted_iota(jnp.int32, x.shape, axis)
+        hit = hit & ((col(target) < 0) | (at == col(target)))
+    return jnp.where(hit, jnp.asarray(self.source, x.dtype), x)
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class Add:
+  """`delta[layer]` added to the activation at `site` of every layer (steering; at 0, the
+  gradient of a metric with respect to `delta` is its gradient with respect to the site's
+  activations, in one backward pass: attribution patching).
+
+  Attributes:
+    delta: `[layers, batch, ...]`, the site's shape per layer (traced).
+    site: one of `attention.SITES` (static).
+  """
+
+  delta: Array
+  site: str = dataclasses.field(default="residual_out", metadata=dict(static=True))
+
+  def __post_init__(self):
+    _check_site("Add", self.site)
+
+  def validate(self, *, num_layers: int, num_heads: int, seq_len: int,
+               batch: int | None) -> None:
+    del num_heads, seq_len
+    shape = tuple(np.shape(self.delta))
+    if len(shape) < 2 or shape[0] != num_layers or (batch is not None and shape[1] != batch):
+      # caller's argument
+      raise ValueError(f"Add.delta has shape {shape}; expected [layers, batch, ...] with "
+                       f"layers {num_layers} and batch {batch}.")
+
+  def __call__(self, x: Array, *, layer: int, mask: Array, values: Array | None) -> Array:
+    del mask, values
+    return x + jnp.asarray(self.delta[layer], x.dtype)
 
 
 KNOCKOUT_RULES = ("renormalize", "zero")

@@ -27,6 +27,12 @@ class Capture:
       head, `[B, H, L, D]` (summed over heads plus the bias: `attention_output`).
     attention_output: the attention block's output before dropout and the
       residual, `[B, L, D]`.
+    context: each head's output before the output projection (`A v`), `[B, H, L, d]`.
+    mlp_output: the MLP's output before dropout and the residual, `[B, L, D]`.
+    residual_in, residual_out: the layer's input and output `[B, L, D]` (the hidden
+      states, but the last layer's before a final LayerNorm).
+  Each is recorded after any intervention at the site of the same name
+  (`attention.SITES`).
     layer_norms: the LayerNorm inputs and scales: `attention_norm_input` (the
       residual sum `x + attention_output`, `[B, L, D]`), `attention_norm_scale`
       (`sqrt(var + eps)`, `[B, L]`), `attention_norm_output` (`[B, L, D]`),
@@ -40,6 +46,10 @@ class Capture:
   head_outputs: bool = False
   attention_output: bool = False
   layer_norms: bool = False
+  context: bool = False
+  mlp_output: bool = False
+  residual_in: bool = False
+  residual_out: bool = False
 
   @classmethod
   def everything(cls) -> Capture:
@@ -61,6 +71,10 @@ class LayerIntermediates:
   attention_norm_output: Array | None = None
   output_norm_input: Array | None = None
   output_norm_scale: Array | None = None
+  context: Array | None = None
+  mlp_output: Array | None = None
+  residual_in: Array | None = None
+  residual_out: Array | None = None
 
 
 class EncoderOutput(NamedTuple):
