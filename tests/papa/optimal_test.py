@@ -1,5 +1,6 @@
 """The loss-optimal constant: its rule, its gradient, and a fit that beats the mean it starts at."""
 
+import json
 import os
 
 import jax
@@ -74,12 +75,13 @@ def test_constant_logits_gradient_equals_central_differences(splade, sst2_dir):
 
 
 @pytest.mark.integration
-def test_optimal_constants_fit_lower_train_loss_than_the_mean_they_start_at(tmp_path):
-  """The stage fits the logits from log(mean) with a probe first trained on the mean: with the
-  logits' rate 0 it is PAPA's mean under the same probe, seed and data order, and with the
-  sorting run's rate its final train loss is below both that and the loss it started at (the
-  mean's, under the trained probe); the saved rows are distributions, differ from the mean's, and the probe stage uses
-  them like any constant."""
+def test_optimal_constants_fit_lower_train_loss_than_the_mean_they_start_at(tmp_path, monkeypatch):
+  """The stage fits the logits from log(mean) with a probe first trained on the mean, on 80%
+  of its examples: with the logits' rate 0 it is PAPA's mean under the same probe, seed and
+  data order, and with the sorting run's rate its last train loss is below that; each joint
+  epoch goes on from the trained probe (its first epoch lowers the loss the mean started
+  at); the epoch kept is the one with the lowest held-out loss, its rows distributions that
+  the probe stage uses like any constant."""
   require_model("splade_tiny")
   losses = {}
   for lr in (0.0, 0.05):
@@ -92,22 +94,51 @@ def test_optimal_constants_fit_lower_train_loss_than_the_mean_they_start_at(tmp_
     raw = means_lib.load_means(os.path.join(wd, "means", "means_raw.npz"))
     fit = m.metadata["fit"]
     losses[lr] = fit["train_loss"][-1]
-    if lr > 0:  # Started at the mean with a probe trained on it, and ends below.
-      assert fit["train_loss"][1] < fit["train_loss"][0], fit
-    else:  # The joint part goes on from the trained probe, not from a fresh one.
-      probe_part, joint_part = fit["epoch_losses"]
-      assert joint_part[0] < probe_part[0] - 1e-3, fit
+    assert len(fit["train_loss"]) == len(fit["held_out_loss"]) == 4, fit
+    assert fit["examples"] + fit["held_out"] == 48 and fit["held_out"] == 10, fit
+    assert fit["epoch"] == int(np.argmin(fit["held_out_loss"])), fit
+    assert fit["train_loss"][1] < fit["train_loss"][0], fit  # From the trained probe.
     sums = m.avgs.sum(-1)
     np.testing.assert_allclose(sums, 1.0, atol=1e-5)
     norm = raw.avgs / np.maximum(raw.avgs.sum(-1, keepdims=True), 1e-30)
     seen = raw.counts > 0
-    if lr == 0.0:
+    if lr == 0.0 or fit["epoch"] == 0:
       np.testing.assert_allclose(m.avgs[..., seen], norm[..., seen], atol=1e-5)
     else:
       assert np.abs(m.avgs - norm)[..., seen].max() > 1e-3
     assert {(r["variant"], r["static_heads"]) for r in rows} == {
         ("raw", 0), ("raw", 4), ("optimal", 4)}
   assert losses[0.05] < losses[0.0], losses
+  # Preempted after epoch 1 was evaluated (its losses saved), in epoch 2's first step: the
+  # rerun goes on from there and keeps what an uninterrupted fit keeps.
+  from papa_jax import preemption  # pylint: disable=import-outside-toplevel
+  from papa_jax.probing import fitting  # pylint: disable=import-outside-toplevel
+  calls, armed, real = [], [], fitting.data_loss
+
+  def data_loss(*args, **kwargs):
+    out = real(*args, **kwargs)
+    calls.append(None)
+    if len(calls) == 4 and not armed:  # Epoch 1's held-out loss, computed (once).
+      armed.append(None)
+      preemption._requested.set()  # pylint: disable=protected-access
+    return out
+
+  wd = str(tmp_path / "wd_preempted")
+  monkeypatch.setattr(fitting, "data_loss", data_loss)
+  try:
+    with pytest.raises(preemption.Preempted, match="step 1 of epoch 2"):
+      run.run(c, wd)
+  finally:
+    preemption.reset()
+  saved = np.load(os.path.join(wd, "optimal", "selection.npz"))
+  assert len(json.loads(str(saved["record"]))["held_out_loss"]) == 2
+  calls.clear()
+  run.run(c, wd)
+  assert len(calls) == 4  # Epochs 2 and 3 only.
+  got = means_lib.load_means(os.path.join(wd, "means", "means_optimal.npz"))
+  for key in ("train_loss", "held_out_loss", "dev_score", "epoch"):
+    np.testing.assert_allclose(got.metadata["fit"][key], m.metadata["fit"][key], rtol=1e-6)
+  np.testing.assert_allclose(got.avgs, m.avgs, atol=1e-6)
 
 
 @pytest.mark.unit
