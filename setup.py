@@ -69,6 +69,10 @@ EXTRAS = {
     # Workdirs on Google Cloud Storage (--workdir=gs://...): epath reaches gs:// through
     # gcsfs when TensorFlow is not installed; orbax's tensorstore needs nothing more.
     "gcs": ["gcsfs>=2024.2"],
+    # Peers used only as benchmark baselines (benchmarks/patching_bench.py): TransformerLens
+    # 3.9 is the last with HookedEncoder; it pulls wandb, datasets and accelerate, so keep it
+    # in its own virtual env.
+    "bench": ["transformer-lens==3.9.0"],
 }
 
 setuptools.setup(

@@ -60,13 +60,22 @@ def _field(site: str) -> str:
   return site
 
 
+def _arrays(batch: dict) -> dict:
+  return {k: v for k, v in batch.items() if v is not None}
+
+
+@functools.partial(jax.jit, static_argnames=("module", "site"))
+def _activations(module, params, batch: dict, *, site: str) -> Array:
+  out = _run(module, params, batch, None, Capture(**{site: True}))
+  acts = jnp.stack(out.per_layer(site))
+  return jnp.swapaxes(acts, 2, 3) if site in ("values", "context") else acts  # [.., B, L, H, d]
+
+
 def activations(model, batch: dict, site: str) -> Array:
   """The site's activation in every layer, `[layers, B, ...]` in the site's layout (the one
   `Patch` and `Add` see: `attention.Intervention`), from one forward pass of `model` (a
   `Pretrained`) on `batch` (input_ids, attention_mask, optional token_type_ids)."""
-  out = _run(model.module, model.params, batch, None, Capture(**{_field(site): True}))
-  acts = jnp.stack(out.per_layer(site))
-  return jnp.swapaxes(acts, 2, 3) if site in ("values", "context") else acts  # [.., B, L, H, d]
+  return _activations(model.module, model.params, _arrays(batch), site=_field(site))
 
 
 def ablation_source(acts: Array, mask: np.ndarray, site: str, kind: str, seed: int = 0) -> Array:
@@ -137,7 +146,7 @@ def sweep(model, batch: dict, source: Array, site: str, targets: Targets, metric
   if source.shape[1] != n:
     raise ValueError(f"source has {source.shape[1]} examples; the batch {n}.")  # caller's
   tiled = {k: jnp.tile(jnp.asarray(v), (chunk,) + (1,) * (np.ndim(v) - 1))
-           for k, v in batch.items() if v is not None}
+           for k, v in _arrays(batch).items()}
   out = []
   for start in range(0, len(targets), chunk):
     part = [np.full(chunk, -1, np.int32) for _ in range(3)]
@@ -150,22 +159,29 @@ def sweep(model, batch: dict, source: Array, site: str, targets: Targets, metric
   return np.concatenate(out) if out else np.zeros((0, n), np.float32)
 
 
+@functools.partial(jax.jit, static_argnames=("module", "metric"))
+def _metric(module, params, batch: dict, *, metric: Metric) -> Array:
+  return metric(_run(module, params, batch, None), batch)
+
+
 def run_metric(model, batch: dict, metric: Metric) -> np.ndarray:
   """`metric` of the unpatched run, `[B]`."""
-  return np.asarray(jax.jit(lambda p, b: metric(_run(model.module, p, b, None), b))(
-      model.params, {k: v for k, v in batch.items() if v is not None}))
+  return np.asarray(_metric(model.module, model.params, _arrays(batch), metric=metric))
+
+
+@functools.partial(jax.jit, static_argnames=("module", "metric", "site"))
+def _gradients(module, params, batch: dict, zeros: Array, *, metric: Metric, site: str) -> Array:
+  def total(delta):
+    return metric(_run(module, params, batch, Add(delta, site=site)), batch).sum()
+  return jax.grad(total)(zeros)
 
 
 def gradients(model, batch: dict, site: str, metric: Metric) -> Array:
   """d sum(metric) / d activation at the site of every layer, `[layers, B, ...]` (the site's
   layout), from one forward and one backward pass."""
   acts = activations(model, batch, site)
-  batch = {k: v for k, v in batch.items() if v is not None}
-
-  def total(delta):
-    return metric(_run(model.module, model.params, batch, Add(delta, site=site)), batch).sum()
-
-  return jax.jit(jax.grad(total))(jnp.zeros_like(acts))
+  return _gradients(model.module, model.params, _arrays(batch), jnp.zeros_like(acts),
+                    metric=metric, site=site)
 
 
 def attribution(model, batch: dict, source: Array, site: str, metric: Metric) -> np.ndarray:
