@@ -116,11 +116,9 @@ def ours(method: str, clean, corrupt, tokens):
     run = lambda: pj.patch(m, batch(corrupt), batch(clean), "context", head_t, metric,
                            chunk=24)["patched"].mean(1).reshape(layers, heads)
   else:
-    run = lambda: np.concatenate([
-        pj.attribution_patch(m, batch(corrupt), batch(clean), "residual_in", resid,
-                             metric).mean(1),
-        pj.attribution_patch(m, batch(corrupt), batch(clean), "context", head_t,
-                             metric).mean(1)])
+    run = lambda: np.concatenate([v.mean(1) for v in pj.attribution_patch(
+        m, batch(corrupt), batch(clean), {"residual_in": resid, "context": head_t},
+        metric).values()])
   return run
 
 

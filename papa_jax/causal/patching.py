@@ -64,18 +64,19 @@ def _arrays(batch: dict) -> dict:
   return {k: v for k, v in batch.items() if v is not None}
 
 
-@functools.partial(jax.jit, static_argnames=("module", "site"))
-def _activations(module, params, batch: dict, *, site: str) -> Array:
-  out = _run(module, params, batch, None, Capture(**{site: True}))
-  acts = jnp.stack(out.per_layer(site))
-  return jnp.swapaxes(acts, 2, 3) if site in ("values", "context") else acts  # [.., B, L, H, d]
+@functools.partial(jax.jit, static_argnames=("module", "sites"))
+def _activations(module, params, batch: dict, *, sites: tuple[str, ...]) -> dict[str, Array]:
+  out = _run(module, params, batch, None, Capture(**{site: True for site in sites}))
+  acts = {site: jnp.stack(out.per_layer(site)) for site in sites}
+  return {site: jnp.swapaxes(a, 2, 3) if site in ("values", "context") else a  # [.., L, H, d]
+          for site, a in acts.items()}
 
 
 def activations(model, batch: dict, site: str) -> Array:
   """The site's activation in every layer, `[layers, B, ...]` in the site's layout (the one
   `Patch` and `Add` see: `attention.Intervention`), from one forward pass of `model` (a
   `Pretrained`) on `batch` (input_ids, attention_mask, optional token_type_ids)."""
-  return _activations(model.module, model.params, _arrays(batch), site=_field(site))
+  return _activations(model.module, model.params, _arrays(batch), sites=(_field(site),))[site]
 
 
 def ablation_source(acts: Array, mask: np.ndarray, site: str, kind: str, seed: int = 0) -> Array:
@@ -123,16 +124,28 @@ def _run(module, params, batch: dict, patch, capture: Capture | None = None) -> 
                       override=None if patch is None else AttentionOverride.intervene(patch))
 
 
-@functools.partial(jax.jit, static_argnames=("module", "metric", "site"))
-def _patched(module, params, batch: dict, source: Array, layers, positions, heads, *,
-             metric: Metric, site: str) -> Array:
+@functools.partial(jax.jit, static_argnames=("module", "layer"))
+def _hidden(module, params, batch: dict, *, layer: int) -> Array:
+  """The target run's hidden states `[layer + 1, B, L, D]` (the inputs of layers 0..layer)."""
+  return jnp.stack(_run(module, params, batch, None).hidden_states[:layer + 1])
+
+
+@functools.partial(jax.jit, static_argnames=("module", "metric", "site", "layer"))
+def _patched(module, params, batch: dict, hidden: Array, source: Array, positions, heads, *,
+             metric: Metric, site: str, layer: int) -> Array:
   """`metric` of the rows of `batch` (examples tiled per target) with `source[layer, example]`
-  patched in."""
+  patched in at `layer`: the encoder runs from `layer` on, from the target run's input to it
+  (`hidden`: the earlier layers are the target run's, so nothing before is recomputed)."""
   n = source.shape[1]
-  example = jnp.arange(layers.shape[0]) % n
-  rows = source[jnp.maximum(layers, 0), example]
-  return metric(_run(module, params, batch, Patch(rows, layers, positions, heads, site=site)),
-                batch)
+  example = jnp.arange(positions.shape[0]) % n
+  layers = jnp.full(positions.shape, layer, jnp.int32)
+  patch = Patch(source[layer][example], layers, positions, heads, site=site)
+  before = hidden[:, example]  # [layer + 1, R, L, D]
+  out = module.apply({"params": params}, batch["input_ids"], batch["attention_mask"],
+                     batch.get("token_type_ids"), override=AttentionOverride.intervene(patch),
+                     start_layer=layer, start_hidden=before[layer] if layer else None)
+  full = EncoderOutput(hidden_states=tuple(before[:layer]) + tuple(out.hidden_states))
+  return metric(full, batch)
 
 
 def sweep(model, batch: dict, source: Array, site: str, targets: Targets, metric: Metric, *,
@@ -140,23 +153,33 @@ def sweep(model, batch: dict, source: Array, site: str, targets: Targets, metric
   """Exact activation patching: `metric` on `batch` with `source[layer]` (`[layers, B, ...]`,
   `activations` of the source run or `ablation_source`) patched in at each target, `[T, B]`.
 
-  The rows of one call are `chunk` targets times the batch's B examples (one compile for every
-  chunk: the last is padded with layer -1, which patches nothing)."""
+  Targets run grouped by layer, each group from its layer on (the layers before are the
+  target run's, computed once): one program per layer, whatever the positions and heads.
+  The rows of one call are `chunk` targets times the batch's B examples (a group's last
+  chunk is padded with position and head 0 and dropped)."""
   n = batch["input_ids"].shape[0]
   if source.shape[1] != n:
     raise ValueError(f"source has {source.shape[1]} examples; the batch {n}.")  # caller's
+  arrays = _arrays(batch)
   tiled = {k: jnp.tile(jnp.asarray(v), (chunk,) + (1,) * (np.ndim(v) - 1))
-           for k, v in _arrays(batch).items()}
-  out = []
-  for start in range(0, len(targets), chunk):
-    part = [np.full(chunk, -1, np.int32) for _ in range(3)]
-    for p, full in zip(part, (targets.layers, targets.positions, targets.heads)):
-      got = full[start:start + chunk]
-      p[:len(got)] = got
-    rows = [jnp.asarray(np.repeat(p, n)) for p in part]
-    vals = _patched(model.module, model.params, tiled, source, *rows, metric=metric, site=site)
-    out.append(np.asarray(vals).reshape(chunk, n)[:min(chunk, len(targets) - start)])
-  return np.concatenate(out) if out else np.zeros((0, n), np.float32)
+           for k, v in arrays.items()}
+  layers = np.asarray(targets.layers)
+  base = run_metric(model, batch, metric)  # Also the value of targets at layer -1.
+  out = np.repeat(base[None], len(targets), 0)
+  hidden = _hidden(model.module, model.params, arrays, layer=max(int(layers.max()), 0))
+  for layer in np.unique(layers[layers >= 0]):
+    idx = np.flatnonzero(layers == layer)
+    for start in range(0, len(idx), chunk):
+      part = idx[start:start + chunk]
+      rows = []
+      for full in (targets.positions, targets.heads):
+        p = np.zeros(chunk, np.int32)
+        p[:len(part)] = np.asarray(full)[part]
+        rows.append(jnp.asarray(np.repeat(p, n)))
+      vals = _patched(model.module, model.params, tiled, hidden, source, *rows, metric=metric,
+                      site=site, layer=int(layer))
+      out[part] = np.asarray(vals).reshape(chunk, n)[:len(part)]
+  return out
 
 
 @functools.partial(jax.jit, static_argnames=("module", "metric"))
@@ -169,6 +192,32 @@ def run_metric(model, batch: dict, metric: Metric) -> np.ndarray:
   return np.asarray(_metric(model.module, model.params, _arrays(batch), metric=metric))
 
 
+@functools.partial(jax.jit, static_argnames=("module", "metric", "sites"))
+def _attribution(module, params, batch: dict, source: dict, *, metric: Metric,
+                 sites: tuple[str, ...]) -> dict[str, Array]:
+  """AtP at every site of `source` from one forward and one backward pass: per site,
+  `(source - activation) * gradient` summed over features, `[layers, B, L, H]`."""
+  acts = _activations(module, params, batch, sites=sites)
+
+  def total(deltas):
+    adds = [Add(deltas[site], site=site) for site in sites]
+    out = module.apply({"params": params}, batch["input_ids"], batch["attention_mask"],
+                       batch.get("token_type_ids"), override=AttentionOverride.intervene(*adds))
+    return metric(out, batch).sum()
+
+  grads = jax.grad(total)({site: jnp.zeros_like(a) for site, a in acts.items()})
+  out = {}
+  for site in sites:
+    contrib = (source[site] - acts[site]) * grads[site]
+    if site == "probs":  # [layers, B, H, Lq, Lk]: sum over keys, positions before heads.
+      out[site] = jnp.swapaxes(contrib.sum(-1), 2, 3)
+    elif SITE_AXES[site][1] is None:  # [layers, B, L, D]
+      out[site] = contrib.sum(-1)[..., None]
+    else:  # [layers, B, L, H, d]
+      out[site] = contrib.sum(-1)
+  return out
+
+
 @functools.partial(jax.jit, static_argnames=("module", "metric", "site"))
 def _gradients(module, params, batch: dict, zeros: Array, *, metric: Metric, site: str) -> Array:
   def total(delta):
@@ -178,23 +227,23 @@ def _gradients(module, params, batch: dict, zeros: Array, *, metric: Metric, sit
 
 def gradients(model, batch: dict, site: str, metric: Metric) -> Array:
   """d sum(metric) / d activation at the site of every layer, `[layers, B, ...]` (the site's
-  layout), from one forward and one backward pass."""
+  layout), from one forward and one backward pass (`attribution` uses the same)."""
   acts = activations(model, batch, site)
   return _gradients(model.module, model.params, _arrays(batch), jnp.zeros_like(acts),
                     metric=metric, site=site)
 
 
-def attribution(model, batch: dict, source: Array, site: str, metric: Metric) -> np.ndarray:
+def attribution(model, batch: dict, source: dict[str, Array], metric: Metric
+                ) -> dict[str, np.ndarray]:
   """AtP: the first-order estimate of every (layer, example, position, head) patch's effect,
-  `(source - activation) . gradient`, `[layers, B, L, H]` (H = 1 at sites without heads); a
-  target's estimate is the sum over its positions and heads (`at_targets`)."""
-  diff = source - activations(model, batch, site)
-  contrib = diff * gradients(model, batch, site, metric)
-  if site == "probs":  # [layers, B, H, Lq, Lk]: sum over keys, positions before heads.
-    return np.asarray(jnp.swapaxes(contrib.sum(-1), 2, 3))
-  if SITE_AXES[site][1] is None:  # [layers, B, L, D]
-    return np.asarray(contrib.sum(-1))[..., None]
-  return np.asarray(contrib.sum(-1))  # [layers, B, L, H, d] -> [layers, B, L, H]
+  `(source - activation) . gradient`, `[layers, B, L, H]` per site of `source` (`{site:
+  [layers, B, ...]}`; H = 1 at sites without heads), every site from the same forward and
+  backward pass; a target's estimate is the sum over its positions and heads
+  (`at_targets`)."""
+  sites = tuple(_field(site) for site in source)
+  out = _attribution(model.module, model.params, _arrays(batch), dict(source), metric=metric,
+                     sites=sites)
+  return {site: np.asarray(v) for site, v in out.items()}
 
 
 def at_targets(per_site: np.ndarray, targets: Targets) -> np.ndarray:
@@ -220,10 +269,14 @@ def patch(model, target: dict, source: dict, site: str, targets: Targets, metric
               target=run_metric(model, target, metric), source=run_metric(model, source, metric))
 
 
-def attribution_patch(model, target: dict, source: dict, site: str, targets: Targets,
-                      metric: Metric) -> np.ndarray:
-  """AtP's estimate of `patch(...)["patched"] - patch(...)["target"]`, `[T, B]`, from one
-  forward and one backward pass over `target` (and one forward over `source`)."""
-  check_pairs(target["attention_mask"], source["attention_mask"], site)
-  return at_targets(attribution(model, target, activations(model, source, site), site, metric),
-                    targets)
+def attribution_patch(model, target: dict, source: dict, targets: dict[str, Targets],
+                      metric: Metric) -> dict[str, np.ndarray]:
+  """AtP's estimate of `patch(...)["patched"] - patch(...)["target"]`, `[T, B]` per site of
+  `targets` (`{site: Targets}`), every site from one forward and one backward pass over
+  `target` (and one forward over `source`)."""
+  sites = tuple(_field(site) for site in targets)
+  for site in sites:
+    check_pairs(target["attention_mask"], source["attention_mask"], site)
+  acts = _activations(model.module, model.params, _arrays(source), sites=sites)
+  per_site = attribution(model, target, acts, metric)
+  return {site: at_targets(per_site[site], t) for site, t in targets.items()}

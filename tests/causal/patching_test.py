@@ -178,7 +178,8 @@ def test_patch_at_probs_and_values_equals_the_ablations_it_generalises(random_hf
 @pytest.mark.parametrize("site,heads", [("residual_out", (-1,)), ("context", (0, 3))])
 def test_a_sweep_equals_a_loop_over_its_targets_and_compiles_once(random_hf, site, heads):
   """Every (layer, position[, head]) target, in chunks of 7 (the last padded), equals one
-  patched forward per target; a second target set reuses the compiled sweep."""
+  patched forward per target (of the whole encoder: the sweep starts each layer's targets
+  there); one program per layer, which a second target set reuses."""
   model = random_hf("bert")[1]
   clean, corrupt, mask = _pair(model.config)
   source = patching.activations(model, _batch(clean, mask), site)
@@ -194,9 +195,11 @@ def test_a_sweep_equals_a_loop_over_its_targets_and_compiles_once(random_hf, sit
         pj.Patch(source[l], [l] * 3, [p] * 3, [h] * 3, site=site)))
     np.testing.assert_allclose(got[t], np.asarray(_cls_metric(out, None)), atol=1e-5,
                                err_msg=f"target {t}: layer {l} position {p} head {h}")
+  compiled = patching._patched._cache_size()  # pylint: disable=protected-access
+  assert compiled == before + model.config.num_layers  # One program per layer.
   other = patching.Targets.grid(model.config.num_layers, positions=(1, 3), heads=heads)
   patching.sweep(model, _batch(corrupt, mask), source, site, other, _cls_metric, chunk=7)
-  assert patching._patched._cache_size() == before + 1  # pylint: disable=protected-access
+  assert patching._patched._cache_size() == compiled  # pylint: disable=protected-access
   base = patching.run_metric(model, _batch(corrupt, mask), _cls_metric)
   assert np.abs(got - base).max() > 1e-3  # Patching the clean run in moved the metric.
 
@@ -232,8 +235,8 @@ def test_attribution_is_the_first_order_effect_of_patching(random_hf, site):
                                     heads=(-1, 1) if site != "residual_out" else (-1,))
     exact = patching.sweep(m64, batch, source, site, targets, _cls_metric, chunk=8)
     exact = exact - patching.run_metric(m64, batch, _cls_metric)[None]
-    estimate = patching.at_targets(patching.attribution(m64, batch, source, site, _cls_metric),
-                                   targets)
+    estimate = patching.at_targets(
+        patching.attribution(m64, batch, {site: source}, _cls_metric)[site], targets)
   assert np.abs(exact).max() > 1e-7
   np.testing.assert_allclose(estimate, exact, rtol=1e-3, atol=1e-3 * np.abs(exact).max())
 
@@ -294,7 +297,7 @@ def test_patching_real_minilm_equals_hf_with_forward_hooks(minilm, minilm_tokeni
     m64 = pj.Pretrained(minilm.config, jax.tree.map(lambda x: jnp.asarray(x, jnp.float64),
                                                     minilm.params), minilm.model_dir)
     got = pj.patch(m64, corrupt, clean, site, targets, _cls_metric_384)
-    estimate = pj.attribution_patch(m64, corrupt, clean, site, targets, _cls_metric_384)
+    estimate = pj.attribution_patch(m64, corrupt, clean, {site: targets}, _cls_metric_384)[site]
     source = np.asarray(patching.activations(m64, clean, site))
   for t in (0, 4, len(targets) - 1):
     rows = tuple([int(a[t])] * 2 for a in (targets.layers, targets.positions, targets.heads))
@@ -313,3 +316,20 @@ W384 = np.random.default_rng(8).normal(size=384)
 def _cls_metric_384(out, batch):
   del batch
   return out.hidden_states[-1][:, 0] @ jnp.asarray(W384, out.hidden_states[-1].dtype)
+
+
+@pytest.mark.unit
+def test_attribution_of_several_sites_in_one_pass_equals_each_alone(random_hf):
+  """pj.attribution_patch over {residual_in, context} (one forward and one backward) equals
+  each site's own pass."""
+  model = random_hf("bert")[1]
+  clean, corrupt, mask = _pair(model.config)
+  targets = {"residual_in": patching.Targets.grid(3, positions=(0, 5, -1)),
+             "context": patching.Targets.grid(3, heads=(0, 2, -1))}
+  both = pj.attribution_patch(model, _batch(corrupt, mask), _batch(clean, mask), targets,
+                              _cls_metric)
+  for site, t in targets.items():
+    alone = pj.attribution_patch(model, _batch(corrupt, mask), _batch(clean, mask), {site: t},
+                                 _cls_metric)[site]
+    assert np.abs(alone).max() > 1e-3
+    np.testing.assert_allclose(both[site], alone, rtol=1e-5, atol=1e-6)
