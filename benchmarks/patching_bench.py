@@ -37,7 +37,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
-METHODS = {"papa_jax": ("resid", "heads", "atp"), "tl": ("resid", "heads", "atp"),
+METHODS = {"papa_jax": ("base", "resid", "heads", "atp"), "tl": ("resid", "heads", "atp"),
            "tl_batched": ("resid", "heads")}
 
 
@@ -115,6 +115,9 @@ def ours(method: str, clean, corrupt, tokens):
   elif method == "heads":
     run = lambda: pj.patch(m, batch(corrupt), batch(clean), "context", head_t, metric,
                            chunk=24)["patched"].mean(1).reshape(layers, heads)
+  elif method == "base":  # The corrupt run's metric: exact effects are patched - this.
+    from papa_jax.causal import patching
+    run = lambda: patching.run_metric(m, batch(corrupt), metric).mean(keepdims=True)
   else:
     run = lambda: np.concatenate([v.mean(1) for v in pj.attribution_patch(
         m, batch(corrupt), batch(clean), {"residual_in": resid, "context": head_t},
@@ -272,8 +275,19 @@ def main():
       results[(impl, method)] = json.loads(out.stdout.strip().splitlines()[-1])
       values[(impl, method)] = np.load(path)
       print(results[(impl, method)], flush=True)
+  base = values[("papa_jax", "base")][0]
+  n_resid = values[("papa_jax", "resid")].size
+  atp = values[("papa_jax", "atp")]
+  from scipy import stats
+  for method, est in (("resid", atp[:n_resid]), ("heads", atp[n_resid:])):
+    effect = values[("papa_jax", method)] - base
+    k = 10
+    top = set(np.argsort(-np.abs(effect))[:k]) & set(np.argsort(-np.abs(est))[:k])
+    print(f"AtP vs exact patching, {method}: Spearman {stats.spearmanr(effect, est)[0]:.3f}, "
+          f"top-{k} recall (by |effect|) {len(top) / k:.1f}, largest |effect| "
+          f"{np.abs(effect).max():.3f}")
   rows = []
-  for method in METHODS["papa_jax"]:
+  for method in ("resid", "heads", "atp"):
     a = results[("papa_jax", method)]
     scale = np.abs(values[("tl", method)]).max()
     for peer in ("tl", "tl_batched"):
