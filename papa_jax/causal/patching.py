@@ -154,21 +154,27 @@ def sweep(model, batch: dict, source: Array, site: str, targets: Targets, metric
   `activations` of the source run or `ablation_source`) patched in at each target, `[T, B]`.
 
   Targets run grouped by layer, each group from its layer on (the layers before are the
-  target run's, computed once): one program per layer, whatever the positions and heads.
-  The rows of one call are `chunk` targets times the batch's B examples (a group's last
-  chunk is padded with position and head 0 and dropped)."""
+  target run's, computed once): one program per layer and chunk size, whatever the
+  positions and heads.
+  The rows of one call are at most `chunk` targets times the batch's B examples (the size
+  evened out over the largest layer's targets; a group's last chunk is padded with position
+  and head 0, and the padding dropped)."""
   n = batch["input_ids"].shape[0]
   if source.shape[1] != n:
     raise ValueError(f"source has {source.shape[1]} examples; the batch {n}.")  # caller's
   arrays = _arrays(batch)
-  tiled = {k: jnp.tile(jnp.asarray(v), (chunk,) + (1,) * (np.ndim(v) - 1))
-           for k, v in arrays.items()}
   layers = np.asarray(targets.layers)
   base = run_metric(model, batch, metric)  # Also the value of targets at layer -1.
   out = np.repeat(base[None], len(targets), 0)
   hidden = _hidden(model.module, model.params, arrays, layer=max(int(layers.max()), 0))
-  for layer in np.unique(layers[layers >= 0]):
-    idx = np.flatnonzero(layers == layer)
+  groups = [np.flatnonzero(layers == layer) for layer in np.unique(layers[layers >= 0])]
+  # One chunk size for every layer (one program each), as even as the largest group allows.
+  largest = max((len(g) for g in groups), default=1)
+  chunk = -(-largest // -(-largest // chunk))
+  tiled = {k: jnp.tile(jnp.asarray(v), (chunk,) + (1,) * (np.ndim(v) - 1))
+           for k, v in arrays.items()}
+  for idx in groups:
+    layer = int(layers[idx[0]])
     for start in range(0, len(idx), chunk):
       part = idx[start:start + chunk]
       rows = []

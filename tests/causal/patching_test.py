@@ -179,7 +179,8 @@ def test_patch_at_probs_and_values_equals_the_ablations_it_generalises(random_hf
 def test_a_sweep_equals_a_loop_over_its_targets_and_compiles_once(random_hf, site, heads):
   """Every (layer, position[, head]) target, in chunks of 7 (the last padded), equals one
   patched forward per target (of the whole encoder: the sweep starts each layer's targets
-  there); one program per layer, which a second target set reuses."""
+  there); one program per layer, which a second target set of as many targets per layer
+  reuses."""
   model = random_hf("bert")[1]
   clean, corrupt, mask = _pair(model.config)
   source = patching.activations(model, _batch(clean, mask), site)
@@ -197,7 +198,7 @@ def test_a_sweep_equals_a_loop_over_its_targets_and_compiles_once(random_hf, sit
                                err_msg=f"target {t}: layer {l} position {p} head {h}")
   compiled = patching._patched._cache_size()  # pylint: disable=protected-access
   assert compiled == before + model.config.num_layers  # One program per layer.
-  other = patching.Targets.grid(model.config.num_layers, positions=(1, 3), heads=heads)
+  other = patching.Targets.grid(model.config.num_layers, positions=range(1, L, 2), heads=heads)
   patching.sweep(model, _batch(corrupt, mask), source, site, other, _cls_metric, chunk=7)
   assert patching._patched._cache_size() == compiled  # pylint: disable=protected-access
   base = patching.run_metric(model, _batch(corrupt, mask), _cls_metric)
