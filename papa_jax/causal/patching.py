@@ -64,12 +64,17 @@ def _arrays(batch: dict) -> dict:
   return {k: v for k, v in batch.items() if v is not None}
 
 
-@functools.partial(jax.jit, static_argnames=("module", "sites"))
-def _activations(module, params, batch: dict, *, sites: tuple[str, ...]) -> dict[str, Array]:
-  out = _run(module, params, batch, None, Capture(**{site: True for site in sites}))
+def _captured(out: EncoderOutput, sites: tuple[str, ...]) -> dict[str, Array]:
+  """The sites' captured activations, `[layers, B, ...]` in each site's layout."""
   acts = {site: jnp.stack(out.per_layer(site)) for site in sites}
   return {site: jnp.swapaxes(a, 2, 3) if site in ("values", "context") else a  # [.., L, H, d]
           for site, a in acts.items()}
+
+
+@functools.partial(jax.jit, static_argnames=("module", "sites"))
+def _activations(module, params, batch: dict, *, sites: tuple[str, ...]) -> dict[str, Array]:
+  return _captured(_run(module, params, batch, None, Capture(**{site: True for site in sites})),
+                   sites)
 
 
 def activations(model, batch: dict, site: str) -> Array:
@@ -203,15 +208,15 @@ def _attribution(module, params, batch: dict, source: dict, *, metric: Metric,
                  sites: tuple[str, ...]) -> dict[str, Array]:
   """AtP at every site of `source` from one forward and one backward pass: per site,
   `(source - activation) * gradient` summed over features, `[layers, B, L, H]`."""
-  acts = _activations(module, params, batch, sites=sites)
-
-  def total(deltas):
+  def total(deltas):  # The sites' activations are captured in the differentiated pass.
     adds = [Add(deltas[site], site=site) for site in sites]
     out = module.apply({"params": params}, batch["input_ids"], batch["attention_mask"],
-                       batch.get("token_type_ids"), override=AttentionOverride.intervene(*adds))
-    return metric(out, batch).sum()
+                       batch.get("token_type_ids"), override=AttentionOverride.intervene(*adds),
+                       capture=Capture(**{site: True for site in sites}))
+    return metric(out, batch).sum(), _captured(out, sites)
 
-  grads = jax.grad(total)({site: jnp.zeros_like(a) for site, a in acts.items()})
+  grads, acts = jax.grad(total, has_aux=True)({site: jnp.zeros_like(a)
+                                               for site, a in source.items()})
   out = {}
   for site in sites:
     contrib = (source[site] - acts[site]) * grads[site]
