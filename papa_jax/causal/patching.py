@@ -166,7 +166,8 @@ def sweep(model, batch: dict, source: Array, site: str, targets: Targets, metric
   and head 0, and the padding dropped)."""
   n = batch["input_ids"].shape[0]
   if source.shape[1] != n:
-    raise ValueError(f"source has {source.shape[1]} examples; the batch {n}.")  # caller's
+    # caller's argument
+    raise ValueError(f"source has {source.shape[1]} examples; the batch {n}.")
   arrays = _arrays(batch)
   layers = np.asarray(targets.layers)
   base = run_metric(model, batch, metric)  # Also the value of targets at layer -1.
