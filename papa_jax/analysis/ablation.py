@@ -37,7 +37,7 @@ from papa_jax.interventions import ABLATIONS as KINDS
 from papa_jax.interventions import HeadAblation
 from papa_jax.workdir.layout import RELATIVE
 from papa_jax.models.config import EncoderConfig
-from papa_jax.models.encoder import Encoder
+from papa_jax.models.encoder import Encoder, run_from
 from papa_jax.papa import means
 from papa_jax.stage import Setup, Stage
 
@@ -75,12 +75,10 @@ def probe_from_layer(module: Encoder, probe: nn.Module, enc, probe_params, hidde
   """Probe outputs of rows whose `override` acts from `layer` on: the encoder starts there
   from the rows' cached hidden states (`hidden [N, K, L, D]` of the unmodified encoder,
   indexed by `batch["example"]`), so earlier layers are never recomputed."""
-  mask = batch["attention_mask"]
   before = hidden[batch["example"]]  # [R, K, L, D]
-  out = module.apply({"params": enc}, batch["input_ids"], mask, batch["token_type_ids"],
-                     override=override, start_layer=layer, start_hidden=before[:, layer])
-  feats = jnp.concatenate([before[:, :layer], jnp.stack(out.hidden_states, 1)], axis=1)
-  return probe.apply({"params": probe_params}, feats, mask, deterministic=True)
+  out = run_from(module, enc, batch, before.swapaxes(0, 1), override, layer)
+  feats = jnp.stack(out.hidden_states, 1)
+  return probe.apply({"params": probe_params}, feats, batch["attention_mask"], deterministic=True)
 
 
 def per_row(fn, frozen, table: dict, n: int, per_example: int, mesh, batch_size: int,

@@ -27,6 +27,7 @@ import numpy as np
 from papa_jax.attention import SITE_AXES, SITES, AttentionOverride
 from papa_jax.interventions import Add, Patch
 from papa_jax.models.capture import Capture, EncoderOutput
+from papa_jax.models.encoder import run_from
 
 Array = jax.Array
 Metric = Callable[[EncoderOutput, dict], Array]
@@ -145,12 +146,9 @@ def _patched(module, params, batch: dict, hidden: Array, source: Array, position
   example = jnp.arange(positions.shape[0]) % n
   layers = jnp.full(positions.shape, layer, jnp.int32)
   patch = Patch(source[layer][example], layers, positions, heads, site=site)
-  before = hidden[:, example]  # [layer + 1, R, L, D]
-  out = module.apply({"params": params}, batch["input_ids"], batch["attention_mask"],
-                     batch.get("token_type_ids"), override=AttentionOverride.intervene(patch),
-                     start_layer=layer, start_hidden=before[layer] if layer else None)
-  full = EncoderOutput(hidden_states=tuple(before[:layer]) + tuple(out.hidden_states))
-  return metric(full, batch)
+  out = run_from(module, params, batch, hidden[:, example], AttentionOverride.intervene(patch),
+                 layer)
+  return metric(out, batch)
 
 
 def sweep(model, batch: dict, source: Array, site: str, targets: Targets, metric: Metric, *,

@@ -335,6 +335,19 @@ class Encoder(nn.Module):
                          layers=tuple(layers) if capture != Capture() else None)
 
 
+def run_from(module: Encoder, params, batch: dict, earlier, override, layer: int
+             ) -> EncoderOutput:
+  """The encoder under `override` from `layer` on, started from `earlier[layer]`: `earlier`
+  holds the states entering layers 0..layer of a run that `override` leaves alone there
+  (cached), so they are never recomputed, and the output's hidden states are `earlier[:layer]`
+  followed by the new ones (at layer 0 the embeddings run as usual)."""
+  out = module.apply({"params": params}, batch["input_ids"], batch["attention_mask"],
+                     batch.get("token_type_ids"), override=override, start_layer=layer,
+                     start_hidden=earlier[layer] if layer else None)
+  return EncoderOutput(hidden_states=tuple(earlier[i] for i in range(layer))
+                       + tuple(out.hidden_states))
+
+
 def init_params(config: EncoderConfig, seed: int = 0, seq_len: int = 8):
   """Randomly initialised parameters (for tests and random-weight benchmarks)."""
   ids = jnp.zeros((1, seq_len), jnp.int32)
