@@ -168,8 +168,7 @@ def sweep(model, batch: dict, source: Array, site: str, targets: Targets, metric
     raise ValueError(f"source has {source.shape[1]} examples; the batch {n}.")
   arrays = _arrays(batch)
   layers = np.asarray(targets.layers)
-  base = run_metric(model, batch, metric)  # Also the value of targets at layer -1.
-  out = np.repeat(base[None], len(targets), 0)
+  out = None
   hidden = _hidden(model.module, model.params, arrays, layer=max(int(layers.max()), 0))
   groups = [np.flatnonzero(layers == layer) for layer in np.unique(layers[layers >= 0])]
   # One chunk size for every layer (one program each), as even as the largest group allows.
@@ -188,7 +187,14 @@ def sweep(model, batch: dict, source: Array, site: str, targets: Targets, metric
         rows.append(jnp.asarray(np.repeat(p, n)))
       vals = _patched(model.module, model.params, tiled, hidden, source, *rows, metric=metric,
                       site=site, layer=int(layer))
-      out[part] = np.asarray(vals).reshape(chunk, n)[:len(part)]
+      vals = np.asarray(vals).reshape(chunk, n)
+      if out is None:
+        out = np.empty((len(targets), n), vals.dtype)
+      out[part] = vals[:len(part)]
+  if out is None or (layers < 0).any():  # Targets at layer -1 patch nothing.
+    base = run_metric(model, batch, metric)
+    out = np.empty((len(targets), n), base.dtype) if out is None else out
+    out[layers < 0] = base
   return out
 
 
@@ -238,8 +244,10 @@ def _gradients(module, params, batch: dict, zeros: Array, *, metric: Metric, sit
 def gradients(model, batch: dict, site: str, metric: Metric) -> Array:
   """d sum(metric) / d activation at the site of every layer, `[layers, B, ...]` (the site's
   layout), from one forward and one backward pass (`attribution` uses the same)."""
-  acts = activations(model, batch, site)
-  return _gradients(model.module, model.params, _arrays(batch), jnp.zeros_like(acts),
+  arrays = _arrays(batch)
+  shape = jax.eval_shape(functools.partial(_activations, model.module, sites=(_field(site),)),
+                         model.params, arrays)[site]  # The shape alone: no forward pass.
+  return _gradients(model.module, model.params, arrays, jnp.zeros(shape.shape, shape.dtype),
                     metric=metric, site=site)
 
 

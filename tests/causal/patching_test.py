@@ -203,6 +203,11 @@ def test_a_sweep_equals_a_loop_over_its_targets_and_compiles_once(random_hf, sit
   assert patching._patched._cache_size() == compiled  # pylint: disable=protected-access
   base = patching.run_metric(model, _batch(corrupt, mask), _cls_metric)
   assert np.abs(got - base).max() > 1e-3  # Patching the clean run in moved the metric.
+  none = patching.Targets(np.array([-1, 0], np.int32), np.array([0, 0], np.int32),
+                          np.array([-1, targets.heads[0]], np.int32))
+  both = patching.sweep(model, _batch(corrupt, mask), source, site, none, _cls_metric)
+  np.testing.assert_allclose(both[0], base, atol=1e-6)  # Layer -1 patches nothing.
+  np.testing.assert_allclose(both[1], got[0], atol=1e-5)
 
 
 @pytest.mark.unit
