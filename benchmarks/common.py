@@ -6,6 +6,8 @@ import json
 import os
 import platform
 import statistics
+import subprocess
+import sys
 import time
 from typing import Callable
 
@@ -48,6 +50,18 @@ def interleaved(fns: dict[str, Callable[[], object]], rounds: int = 15, warmup: 
   def ratio(a: str, b: str) -> float:
     return statistics.median(x / y for x, y in zip(times[a], times[b]))
   return med, ratio
+
+
+def child(script: str, *args: str, env: dict | None = None) -> dict:
+  """`python script *args` in its own process (so its peak RSS is its own), with the repository
+  on PYTHONPATH; its last stdout line, a JSON object. Exits with its stderr's tail if it
+  fails."""
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  out = subprocess.run([sys.executable, script, *args], capture_output=True, text=True,
+                       env={**(os.environ if env is None else env), "PYTHONPATH": root})
+  if out.returncode:
+    sys.exit(f"{os.path.basename(script)} {' '.join(args)} failed:\n{out.stderr[-3000:]}")
+  return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def tune_cpu() -> list[str]:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -111,10 +110,8 @@ def main():
   env.pop("XLA_FLAGS", None)
 
   def run(kind, flags=""):
-    out = subprocess.run([sys.executable, __file__, "--child", kind, "--repeats",
-                          str(args.repeats)], env=dict(env, XLA_FLAGS=flags),
-                         capture_output=True, text=True, check=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return common.child(__file__, "--child", kind, "--repeats", str(args.repeats),
+                        env=dict(env, XLA_FLAGS=flags))
 
   torch_fwd = run("torch")["forward_ex_s"]
   rows = []

@@ -20,7 +20,6 @@ import argparse
 import json
 import os
 import resource
-import subprocess
 import sys
 import time
 
@@ -108,12 +107,8 @@ def main():
         continue
       b = args.batch if impl == "papa_jax" else args.ref_sentences
       reps = args.repeats if impl == "papa_jax" else 1
-      out = subprocess.run([sys.executable, __file__, "--one", impl, method, "--batch", str(b),
-                            "--length", str(args.length), "--repeats", str(reps)],
-                           capture_output=True, text=True, check=True,
-                           env={**os.environ, "PYTHONPATH": os.path.dirname(
-                               os.path.dirname(os.path.abspath(__file__)))})
-      r = json.loads(out.stdout.strip().splitlines()[-1])
+      r = common.child(__file__, "--one", impl, method, "--batch", str(b), "--length",
+                       str(args.length), "--repeats", str(reps))
       print(r, flush=True)
       ours[(impl, method)] = r
   fwd = ours[("papa_jax", "forward")]["s_per_sentence"]

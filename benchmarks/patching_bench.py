@@ -28,7 +28,6 @@ import argparse
 import json
 import os
 import resource
-import subprocess
 import sys
 import time
 
@@ -126,7 +125,6 @@ def ours(method: str, clean, corrupt, tokens):
 
 
 def tl_model():
-  import torch
   from transformer_lens import HookedEncoder, HookedTransformerConfig
   from transformer_lens.pretrained.weight_conversions import convert_bert_weights
   mlm = mlm_head()
@@ -230,7 +228,7 @@ def one(impl: str, method: str, n: int, length: int, repeats: int, out_path: str
     run = ours(method, clean, corrupt, tokens)
   else:
     run = tl(method, clean, corrupt, tokens, batched=impl == "tl_batched")
-  c0, t0 = time.process_time(), time.perf_counter()
+  t0 = time.perf_counter()
   result = np.asarray(run(), np.float64)
   first = time.perf_counter() - t0
   walls, cpus = [], []
@@ -239,7 +237,6 @@ def one(impl: str, method: str, n: int, length: int, repeats: int, out_path: str
     run()
     walls.append(time.perf_counter() - t)
     cpus.append(time.process_time() - c)
-  del c0
   np.save(out_path, result.reshape(-1))
   return dict(impl=impl, method=method, examples=n, first_call_s=first,
               wall_s=float(np.median(walls)), cpu_s=float(np.median(cpus)),
@@ -262,17 +259,12 @@ def main():
   from benchmarks import common
   results, values = {}, {}
   tmp = tempfile.mkdtemp()
-  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   for impl, methods in METHODS.items():
     for method in methods:
       path = os.path.join(tmp, f"{impl}_{method}.npy")
-      out = subprocess.run([sys.executable, __file__, "--one", impl, method, path, "--n",
-                            str(args.n), "--length", str(args.length), "--repeats",
-                            str(args.repeats)], capture_output=True, text=True,
-                           env={**os.environ, "PYTHONPATH": root})
-      if out.returncode:
-        sys.exit(f"{impl} {method} failed:\n{out.stderr[-3000:]}")
-      results[(impl, method)] = json.loads(out.stdout.strip().splitlines()[-1])
+      results[(impl, method)] = common.child(__file__, "--one", impl, method, path, "--n",
+                                             str(args.n), "--length", str(args.length),
+                                             "--repeats", str(args.repeats))
       values[(impl, method)] = np.load(path)
       print(results[(impl, method)], flush=True)
   base = values[("papa_jax", "base")][0]
