@@ -65,11 +65,17 @@ def predict(eval_fn, params, encoder: FrozenEncoder, data, mesh, batch_size: int
   return np.concatenate(outs)
 
 
+@functools.lru_cache(maxsize=8)
+def _eval_fn(probe: nn.Module):
+  """The jitted eval step of `probe` (one per probe module, so repeated calls reuse it)."""
+  return jax.jit(make_eval_step(probe))
+
+
 def data_loss(probe: nn.Module, params, encoder: FrozenEncoder, data, mesh,
               batch_size: int) -> float:
   """The probe's mean loss over `data` (tokens for tagging), deterministic (no dropout), with
   `params`' trainable override arrays in the encoder."""
-  out = predict(jax.jit(make_eval_step(probe)), params, encoder, data, mesh, batch_size)
+  out = predict(_eval_fn(probe), params, encoder, data, mesh, batch_size)
   labels = np.asarray(data.labels)
   return float(probes.loss_fn(probe.kind, jnp.asarray(out), jnp.asarray(labels),
                               jnp.ones(len(labels), bool))[0])
