@@ -11,6 +11,7 @@ from papa_jax import interventions
 from papa_jax.api import (attention_means, context_mixing, effective_attentions, encode_texts,
                           load_results)
 from papa_jax.attention import AttentionOverride
+from papa_jax.causal.knockout import knockout
 from papa_jax.causal.patching import Targets, attribution_patch, patch
 from papa_jax.convert import Pretrained, load_pretrained
 from papa_jax.measures.effective import effective_attention, null_attention
@@ -26,7 +27,7 @@ __all__ = [
     "EncoderOutput", "FinishedWorkdir", "HeadAblation", "HeadMask", "Knockout",
     "LayerIntermediates", "Patch", "Pretrained", "Targets", "Transform", "ValueZeroing",
     "attention_means", "attribution_patch", "context_mixing", "effective_attention",
-    "effective_attentions", "encode_texts", "head_mask_from_ranking", "interventions",
+    "effective_attentions", "encode_texts", "head_mask_from_ranking", "interventions", "knockout",
     "load_pretrained", "load_results", "null_attention", "patch", "ranking_from_lambdas",
     "read_workdir", "static_head_counts",
 ]

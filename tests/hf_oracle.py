@@ -228,3 +228,40 @@ def ours_f64(model, *args, **kwargs):
     p64 = jax.tree.map(lambda x: jnp.asarray(x, jnp.float64), model.params)
     out = model.module.apply({"params": p64}, *args, capture_attention=True, **kwargs)
     return jax.tree.map(np.asarray, out)
+
+
+def run_hf_editing_probs(model, ids, mask, edit, layers: int) -> np.ndarray:
+  """HF's last hidden state with each layer's attention probabilities replaced by
+  `edit(layer, probs)` (torch `[B, H, L, L]` -> same).
+
+  Every family's eager attention computes its probabilities with one softmax over the keys per
+  layer, in layer order (ALBERT's shared layer too); a torch function mode counts those calls,
+  so the hook needs no per-family module names and sees exactly what the softmax gave.
+  `layers`: how many attention layers run (ALBERT's groups run several per HF layer)."""
+  import torch
+  from torch.overrides import TorchFunctionMode
+  calls = []
+
+  class Edit(TorchFunctionMode):
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+      out = func(*args, **(kwargs or {}))
+      if getattr(func, "__name__", "") == "softmax" and out.ndim == 4:
+        calls.append(out.shape)
+        out = edit(len(calls) - 1, out)  # The mode is off inside its own handler.
+      return out
+
+  with Edit(), torch.no_grad():
+    out = model(input_ids=torch.tensor(ids), attention_mask=torch.tensor(mask))
+  assert len(calls) == layers, (len(calls), layers)  # One softmax per attention layer.
+  return out.last_hidden_state.numpy()
+
+
+def local_windows(hf_config, seq_len: int, layers: int) -> list[np.ndarray | None]:
+  """Per attention layer, ModernBERT's local window (`[L, L]` bool: |i - j| <=
+  local_attention // 2) on its local layers, else None; every other family has none."""
+  every = getattr(hf_config, "global_attn_every_n_layers", None)
+  if every is None:
+    return [None] * layers
+  i = np.arange(seq_len)
+  band = np.abs(i[:, None] - i[None, :]) <= hf_config.local_attention // 2
+  return [None if l % every == 0 else band for l in range(layers)]

@@ -1,2 +1,2 @@
 """Causal lenses: what attention and the residual stream cause (activation and attribution
-patching; `patching.py`)."""
+patching, `patching.py`; attention knockout sweeps, `knockout.py`)."""

@@ -1,0 +1,113 @@
+"""Attention knockout sweeps (Geva et al., EMNLP 2023), batched over (layer window, edge class).
+
+`pj.Knockout` blocks attention edges in a window of layers, per example. A sweep scores every
+(window, class) target with a metric: the rows of one call are (target, example) pairs; targets
+are grouped by their window's first layer and run from that layer on, from the unmodified
+run's cached input to it (the layers before are computed once). The window's last layer and
+the blocked edges are traced data: one program per first layer and chunk size.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from papa_jax.attention import AttentionOverride
+from papa_jax.causal.patching import Metric, _arrays, _hidden, run_metric
+from papa_jax.interventions import KNOCKOUT_RULES, Knockout
+from papa_jax.models.encoder import run_from
+
+Array = jax.Array
+
+
+@functools.partial(jax.jit, static_argnames=("module", "metric", "rule", "first"))
+def _knocked(module, params, batch: dict, hidden: Array, blocked: Array, last: Array, *,
+             metric: Metric, rule: str, first: int) -> Array:
+  """`metric` of the rows of `batch` (examples tiled per target) with row r's `blocked[r]`
+  edges cut in layers `first..last[r]`, the encoder run from `first` on from `hidden`."""
+  n = hidden.shape[1]
+  example = jnp.arange(blocked.shape[0]) % n
+  ko = Knockout(blocked, jnp.full(last.shape, first, jnp.int32), last, rule=rule)
+  out = run_from(module, params, batch, hidden[:, example], AttentionOverride.intervene(ko),
+                 first)
+  return metric(out, batch)
+
+
+def check_windows(windows, num_layers: int) -> np.ndarray:
+  """`[W, 2]` int (first, last) inclusive, each within the model's layers; raises naming the
+  first bad window."""
+  w = np.asarray(windows, np.int64).reshape(-1, 2) if len(windows) else np.zeros((0, 2), int)
+  for i, (first, last) in enumerate(w):
+    if not 0 <= first <= last < num_layers:
+      # caller's argument
+      raise ValueError(f"windows[{i}] = ({first}, {last}): use 0 <= first <= last < "
+                       f"{num_layers} (the model's layers, inclusive).")
+  return w
+
+
+def sweep(model, batch: dict, blocked: np.ndarray, windows, metric: Metric, *,
+          rule: str = "renormalize", chunk: int = 8) -> np.ndarray:
+  """`metric` with each (window, class) knocked out, `[W, C, B]`.
+
+  Args:
+    model: a `Pretrained`.
+    batch: input_ids, attention_mask `[B, L]` (and optional token_type_ids).
+    blocked: `[C, B, L, L]` bool: class c's edges (query i may not attend to key j) per
+      example (`interventions.edges`, `shifted_edges`, `position_classes`).
+    windows: `[(first, last), ...]` inclusive layer windows.
+    metric: `metric(output, batch) -> [B]`, a pure jax function.
+    rule: `Knockout.rule` ("renormalize" or "zero").
+    chunk: at most this many targets' rows per call (evened over the largest group; a group's
+      last chunk is padded with targets that block nothing, and the padding dropped).
+  """
+  if rule not in KNOCKOUT_RULES:
+    # caller's argument
+    raise ValueError(f"knockout rule {rule!r}; choose one of {KNOCKOUT_RULES}.")
+  arrays = _arrays(batch)
+  n, length = np.shape(arrays["input_ids"])
+  blocked = np.asarray(blocked, bool)
+  if blocked.ndim != 4 or blocked.shape[1:] != (n, length, length):
+    # caller's argument
+    raise ValueError(f"blocked has shape {blocked.shape}; expected [classes, B, L, L] = "
+                     f"[C, {n}, {length}, {length}].")
+  w = check_windows(windows, model.config.num_layers)
+  classes = blocked.shape[0]
+  firsts = np.repeat(w[:, 0], classes)  # Targets window-major: t = window * C + class.
+  lasts = np.repeat(w[:, 1], classes)
+  cls = np.tile(np.arange(classes), len(w))
+  if not len(firsts):
+    return np.empty((0, classes, n), np.float32)
+  out = None
+  hidden = _hidden(model.module, model.params, arrays, layer=int(firsts.max()))
+  groups = [np.flatnonzero(firsts == f) for f in np.unique(firsts)]
+  largest = max(len(g) for g in groups)
+  chunk = -(-largest // -(-largest // chunk))
+  tiled = {k: jnp.tile(jnp.asarray(v), (chunk,) + (1,) * (np.ndim(v) - 1))
+           for k, v in arrays.items()}
+  for idx in groups:
+    first = int(firsts[idx[0]])
+    for start in range(0, len(idx), chunk):
+      part = idx[start:start + chunk]
+      last = np.full(chunk, -1, np.int32)  # Padding targets: an empty window.
+      last[:len(part)] = lasts[part]
+      which = np.zeros(chunk, np.int64)
+      which[:len(part)] = cls[part]
+      rows = blocked[which].reshape((chunk * n, length, length))
+      vals = _knocked(model.module, model.params, tiled, hidden, jnp.asarray(rows),
+                      jnp.asarray(np.repeat(last, n)), metric=metric, rule=rule, first=first)
+      vals = np.asarray(vals).reshape(chunk, n)
+      if out is None:
+        out = np.empty((len(firsts), n), vals.dtype)
+      out[part] = vals[:len(part)]
+  return out.reshape(len(w), classes, n)
+
+
+def knockout(model, batch: dict, blocked: np.ndarray, windows, metric: Metric, *,
+             rule: str = "renormalize", chunk: int = 8) -> dict[str, np.ndarray]:
+  """Attention knockout of every (window, class): `knocked [W, C, B]` and the unmodified
+  run's metric `base [B]` (a target's effect is `knocked - base`)."""
+  return dict(knocked=sweep(model, batch, blocked, windows, metric, rule=rule, chunk=chunk),
+              base=run_metric(model, batch, metric))
