@@ -81,11 +81,11 @@ def mlm_head():
   return mlm.eval()
 
 
-def ours(method: str, clean, corrupt, tokens):
+def mlm_metric(tokens, eps: float):
+  """`metric(output, batch) -> [B]` for papa-jax: `mlm_head()`'s logit difference of the two
+  `tokens` at [CLS] (its transform, GELU, LayerNorm and the two decoder rows), in jax."""
   import jax
   import jax.numpy as jnp
-  import papa_jax as pj
-  m = pj.load_pretrained(MINILM)
   head = mlm_head().cls.predictions
   a, b = tokens
   wt = jnp.asarray(head.transform.dense.weight.detach().numpy().T)
@@ -95,14 +95,19 @@ def ours(method: str, clean, corrupt, tokens):
   dec = head.decoder.weight.detach().numpy()
   w = jnp.asarray(dec[a] - dec[b])
   bias = float(head.bias.detach().numpy()[a] - head.bias.detach().numpy()[b])
-  eps = m.config.layer_norm_eps
 
   def metric(out, batch):
     del batch
     t = jax.nn.gelu(out.hidden_states[-1][:, 0] @ wt + bt, approximate=False)
     mu, var = t.mean(-1, keepdims=True), t.var(-1, keepdims=True)
     return ((t - mu) / jnp.sqrt(var + eps) * g + beta) @ w + bias
+  return metric
 
+
+def ours(method: str, clean, corrupt, tokens):
+  import papa_jax as pj
+  m = pj.load_pretrained(MINILM)
+  metric = mlm_metric(tokens, m.config.layer_norm_eps)
   L, layers, heads = clean.shape[1], m.config.num_layers, m.config.num_heads
   batch = lambda ids: dict(input_ids=ids.astype(np.int32), attention_mask=np.ones_like(
       ids, np.int32))
