@@ -79,6 +79,18 @@ def test_config_of_an_earlier_version_reads_with_moved_fields():
   assert new["figures"]["layer"] == 2 and "other_model" not in new["effective"]
 
 
+def test_config_before_the_optimal_group_reads_as_the_fit_it_ran():
+  """Before the `optimal` group, the fit used the sorting run's rate and epochs and held out
+  20%: an old workdir's optimal results stay valid under those values, and only those."""
+  old = base.get_config().to_dict()
+  del old["optimal"]
+  old["sort"]["gate_learning_rate"] = 0.05
+  new = config_schema.migrate(old)
+  assert new["optimal"] == dict(learning_rate=0.05, epochs=-1, probe_epochs=-1, held_out=0.2)
+  now = base.get_config().to_dict()
+  assert config_schema.migrate(now)["optimal"] == now["optimal"]  # Newer configs: as saved.
+
+
 def test_config_name_lists_take_the_comma_form_on_the_command_line():
   argv = ["--config.papa.orderings=lambda,random", "--config.papa.variants=raw",
           "--config.papa.seeds=(1,2)", "--config.ablation.kinds=('uniform',)"]

@@ -135,6 +135,17 @@ FIELDS: dict[str, Field | Group] = dict(
         max_train_examples=F(-1, "Sort on a seeded subset of the train data; -1: all of it."),
         seed=F(42, "Probe initialisation and data order of the sorting run."),
     )),
+    optimal=G("The loss-optimal constant's fit (papa.variants optimal; "
+              "papa_jax/papa/optimal.py), on the sorting run's train examples.", dict(
+        probe_epochs=F(-1, "Epochs of its first part, a probe trained on PAPA's mean alone; "
+                       "-1: sort.epochs."),
+        epochs=F(-1, "Epochs of its second part, that probe and the constants' logits "
+                 "together; -1: sort.epochs."),
+        learning_rate=F(0.005, "AdamW learning rate of the constants' logits (the probe uses "
+                        "probe.learning_rate); 0 keeps PAPA's mean."),
+        held_out=F(0.2, "Share of its train examples kept out to choose its epoch (0 = the "
+                   "mean) by their loss."),
+    )),
     probe=G("The probe on the frozen encoder, trained with AdamW at a constant rate.", dict(
         learning_rate=F(2e-5, "AdamW learning rate."),
         epochs=F(15, "Training epochs per probe."),

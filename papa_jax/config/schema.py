@@ -30,8 +30,8 @@ from papa_jax.config.fields import (ABLATIONS, DATA_FORMATS, EXPLORE_MIXING, FEA
                                     ORDERINGS, VARIANTS, Group)
 from papa_jax.errors import ConfigError
 
-RESULT_GROUPS = ("model", "data", "sort", "probe", "effective", "finetune", "ablation",
-                 "knockout", "mixing")
+RESULT_GROUPS = ("model", "data", "sort", "optimal", "probe", "effective", "finetune",
+                 "ablation", "knockout", "mixing")
 PAPA_GROUPS = ("model", "data", "sort", "probe")  # What means, sort and probe runs depend on.
 NON_RESULT_GROUPS = ("papa", "run", "figures", "report", "suite", "explore")
 NON_RESULT_FIELDS = ("stage", "overwrite")
@@ -86,6 +86,10 @@ def migrate(saved: dict) -> dict:
   for old, new in MOVED.items():
     if old in flat:
       flat.setdefault(new, flat.pop(old))
+  if "sort.gate_learning_rate" in flat and not any(k.startswith("optimal.") for k in flat):
+    # Before the `optimal` group the fit ran at the sorting run's rate and epochs.
+    flat.update({"optimal.learning_rate": flat["sort.gate_learning_rate"],
+                 "optimal.epochs": -1, "optimal.probe_epochs": -1, "optimal.held_out": 0.2})
   out: dict = {}
   for key, v in flat.items():
     node = out
@@ -278,6 +282,14 @@ def validate(config: ml_collections.ConfigDict) -> None:
   if config.report.seed_pairing not in SEED_PAIRINGS:
     raise ConfigError(f"report.seed_pairing={config.report.seed_pairing!r}: use one of "
                       f"{SEED_PAIRINGS}.")
+  o = config.optimal
+  for name in ("probe_epochs", "epochs"):
+    if getattr(o, name) < 1 and getattr(o, name) != -1:
+      raise ConfigError(f"optimal.{name}={getattr(o, name)}: use >= 1, or -1 for sort.epochs.")
+  if not o.learning_rate >= 0:
+    raise ConfigError(f"optimal.learning_rate={o.learning_rate}: use >= 0 (0 keeps the mean).")
+  if not 0 < o.held_out < 1:
+    raise ConfigError(f"optimal.held_out={o.held_out}: use a share in (0, 1).")
   bad = set(config.ablation.kinds) - set(ABLATIONS)
   if bad or not config.ablation.kinds:
     raise ConfigError(f"ablation.kinds={tuple(config.ablation.kinds)!r}: use a non-empty "

@@ -6,11 +6,12 @@ the task loss: every head static, each with a free `[L, L]` matrix of logits sta
 log of PAPA's mean (`train.constant_logits`) and applied by the rule every constant follows
 (masked to the example's real tokens, and to the window on local layers, then renormalised
 over keys: a softmax of the logits over the real keys), trained jointly with a probe on the
-frozen encoder on the train split with the sorting run's recipe (`sort.epochs`,
-`sort.max_train_examples`, `sort.gate_learning_rate` for the logits, `sort.seed`), the probe
-first trained on the mean alone, so the joint fit starts at the mean's optimum; of its
-epochs (and the mean itself) the one with the lowest loss on held-out train examples is
-kept. Its rows
+frozen encoder on the train split with the sorting run's recipe (its examples,
+`sort.max_train_examples`, and seed, `sort.seed`) and the `optimal` group's epochs and rate:
+the probe first trained on the mean alone (`optimal.probe_epochs`), so the joint fit
+(`optimal.epochs`, the logits at `optimal.learning_rate`) starts at the mean's optimum; of
+its epochs (and the mean itself) the one with the lowest loss on held-out train examples
+(`optimal.held_out` of them) is kept. Its rows
 are then saved like any means file and frozen; every probe seed trains on them as on every
 other constant. The fit is for all heads static: at smaller fractions the first k heads of
 PAPA's ranking take their rows of it, which is the all-heads optimum, not each subset's.
@@ -40,16 +41,22 @@ from papa_jax.workdir import storage
 from papa_jax.workdir.layout import RELATIVE
 
 
-HELD_OUT = 0.2  # The share of the fit's train examples kept out to choose its epoch.
+GROUPS = config_schema.PAPA_GROUPS + ("optimal",)  # What the fit depends on.
+
+
+def epochs(config, part: str) -> int:
+  """`optimal.<part>` epochs ("probe_epochs" or "epochs"); -1: `sort.epochs`."""
+  n = getattr(config.optimal, part)
+  return config.sort.epochs if n == -1 else n
 
 
 def split(setup: Setup):
-  """The fit's train examples (`sort.fit_data`) in two: the fit's and a seeded held-out 20%
-  (at least one example) whose loss chooses the epoch."""
+  """The fit's train examples (`sort.fit_data`) in two: the fit's and a seeded held-out
+  `optimal.held_out` share (at least one example) whose loss chooses the epoch."""
   data = sort.fit_data(setup)
   n = len(data)
   order = np.random.default_rng(setup.config.sort.seed + 7).permutation(n)
-  k = max(1, int(round(HELD_OUT * n)))
+  k = max(1, int(round(setup.config.optimal.held_out * n)))
   return data.take(np.sort(order[k:])), data.take(np.sort(order[:k]))
 
 
@@ -57,26 +64,26 @@ def fit(setup: Setup, mean: np.ndarray) -> tuple[np.ndarray, dict]:
   """The loss-optimal constants `[layers, heads, L, L]` (rows summing to 1), fitted from PAPA's
   `mean`, and a record of the fit.
 
-  Two parts, each the sorting recipe (`sort.fit_with_probe`) on 80% of its train examples
-  (`split`): a probe trained on the encoder with every head at the mean (`optimal/probe`),
-  then that probe and the constants' logits, started at log(mean), trained together
-  (`optimal/constants`). The joint fit so starts at the mean's optimum for that probe. The
-  constants kept are those of the epoch (0: the mean itself) with the lowest loss on the
-  held-out 20%: free `[L, L]` logits per head overfit a few thousand sentences (on
+  Two parts, each the sorting recipe (`sort.fit_with_probe`) on the fit's share of its train
+  examples (`split`): a probe trained on the encoder with every head at the mean
+  (`optimal/probe`), then that probe and the constants' logits, started at log(mean), trained
+  together (`optimal/constants`). The joint fit so starts at the mean's optimum for that
+  probe. The constants kept are those of the epoch (0: the mean itself) with the lowest loss
+  on the held-out share: free `[L, L]` logits per head overfit a few thousand sentences (on
   MiniLM x SST-2 they lowered the train loss from 0.64 to 0.36 while the dev score fell).
   The record: `train_loss` and `held_out_loss` per epoch from 0 (deterministic), `epoch` the
   one kept, `dev_score` after the probe part and each joint epoch.
   """
   model, cfg = setup.model, setup.config
   constant = AttentionOverride.constant(mean)
-  fingerprint = setup.result_fingerprint(stage="optimal")
+  fingerprint = setup.fingerprint(GROUPS, ("train", "eval"), stage="optimal")
   fit_data, held_out = split(setup)
   t0 = time.perf_counter()
   at_mean = train.FrozenEncoder(model.params, constant, model.config,
                                 dropout=cfg.probe.encoder_dropout)
   probed, probe_history, _, _ = sort.fit_with_probe(
       setup, "optimal", at_mean, fingerprint, "optimal: probe on the mean", part="probe",
-      data=fit_data)
+      data=fit_data, epochs=epochs(cfg, "probe_epochs"))
   encoder = train.FrozenEncoder(model.params, constant, model.config,
                                 dropout=cfg.probe.encoder_dropout, fit_constants=True)
   probe = train.probe_module(setup.task, model.config, cfg.probe)
@@ -88,11 +95,12 @@ def fit(setup: Setup, mean: np.ndarray) -> tuple[np.ndarray, dict]:
   record, best = _load_selection(path, fingerprint)
   if record is None:
     record = dict(train_loss=[], held_out_loss=[], dev_score=[probe_history[-1].get(metric)])
-  for epoch in range(len(record["train_loss"]), cfg.sort.epochs + 1):
+  for epoch in range(len(record["train_loss"]), epochs(cfg, "epochs") + 1):
     if epoch:  # Goes on from the last checkpoint (never before the last epoch evaluated).
       state, history, _, _ = sort.fit_with_probe(
           setup, "optimal", encoder, fingerprint, "optimal constants", part="constants",
-          init_probe=probed.params["probe"], data=fit_data, epochs=epoch)
+          init_probe=probed.params["probe"], data=fit_data, epochs=epoch,
+          learning_rate=cfg.optimal.learning_rate)
       params = state.params
       record["dev_score"].append(history[-1].get(metric))
     train_loss, held = losses(params)
@@ -149,4 +157,4 @@ def _run(setup: Setup) -> None:
 
 
 STAGE = Stage(name="optimal", run=_run, inputs=("train", "eval"), needs=("means",),
-              writes=(RELATIVE.means("optimal"),), groups=config_schema.PAPA_GROUPS)
+              writes=(RELATIVE.means("optimal"),), groups=GROUPS)

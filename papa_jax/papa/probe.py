@@ -77,6 +77,14 @@ def baseline_runs(setup: Setup) -> list[dict]:
   return probe_runs(setup, "raw", "lambda", 0, None, finished_runs(setup))
 
 
+def fit_unit(setup: Setup, variant: str) -> dict:
+  """What a probe on fitted constants depends on beyond the PAPA groups: the fit's own config
+  (`optimal`); nothing for the other variants (their fingerprints stay as they were)."""
+  if variant != "optimal":
+    return {}
+  return dict(optimal=config_schema.result_config(setup.config, ("optimal",)))
+
+
 def probe_runs(setup: Setup, variant: str, ordering: str, k: int, ranking,
                done: dict[str, dict]) -> list[dict]:
   """The probing runs of one static-head set, per seed: the first k heads of `ranking`
@@ -87,7 +95,7 @@ def probe_runs(setup: Setup, variant: str, ordering: str, k: int, ranking,
   todo, rows = [], {}
   for seed in setup.seeds:
     fp = setup.result_fingerprint(stage="probe", variant=variant, k=k, heads=static.tolist(),
-                                  seed=seed)
+                                  seed=seed, **fit_unit(setup, variant))
     if fp in done:
       logging.info("probe %s %s k=%d seed=%d: done before (%s).", variant, ordering, k, seed,
                    done[fp]["run"])

@@ -52,12 +52,12 @@ def fit_data(setup: Setup):
 
 def fit_with_probe(setup: Setup, stage: str, encoder: train.FrozenEncoder, fingerprint: str,
                    name: str = "", part: str = "", init_probe=None, data=None,
-                   epochs: int | None = None):
+                   epochs: int | None = None, learning_rate: float | None = None):
   """The sorting recipe: `encoder`'s trainable override arrays (gates or constant logits) at
-  `sort.gate_learning_rate`, with a fresh probe (or one started at `init_probe`), on `data`
-  (default `fit_data`), for `epochs` (default `sort.epochs`); resumable under
-  `<stage>[/<part>]/checkpoints` (a call with more epochs goes on from the last); `name`
-  (default `stage`) labels its progress lines.
+  `learning_rate` (default `sort.gate_learning_rate`), with a fresh probe (or one started at
+  `init_probe`), on `data` (default `fit_data`), for `epochs` (default `sort.epochs`);
+  resumable under `<stage>[/<part>]/checkpoints` (a call with more epochs goes on from the
+  last); `name` (default `stage`) labels its progress lines.
 
   Returns:
     `fitting.fit`'s (state, history, last eval outputs), and the number of train examples.
@@ -67,7 +67,8 @@ def fit_with_probe(setup: Setup, stage: str, encoder: train.FrozenEncoder, finge
   run_dir = layout.stage_dir(stage)
   state, history, logits = fitting.fit(
       name or stage, train.probe_module(setup.task, setup.model.config, cfg.probe), encoder,
-      train.make_optimizer(cfg.probe, gate_learning_rate=cfg.sort.gate_learning_rate),
+      train.make_optimizer(cfg.probe, gate_learning_rate=cfg.sort.gate_learning_rate
+                           if learning_rate is None else learning_rate),
       train.FitConfig.from_config(cfg, cfg.sort.epochs if epochs is None else epochs,
                                   cfg.sort.seed,
                                   layout.checkpoints(os.path.join(run_dir, part) if part

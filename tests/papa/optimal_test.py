@@ -77,7 +77,8 @@ def test_constant_logits_gradient_equals_central_differences(splade, sst2_dir):
 @pytest.mark.integration
 def test_optimal_constants_fit_lower_train_loss_than_the_mean_they_start_at(tmp_path, monkeypatch):
   """The stage fits the logits from log(mean) with a probe first trained on the mean, on 80%
-  of its examples: with the logits' rate 0 it is PAPA's mean under the same probe, seed and
+  of its examples (`optimal.epochs` joint epochs, not the sorting run's): with the logits'
+  rate 0 it is PAPA's mean under the same probe, seed and
   data order, and with the sorting run's rate its last train loss is below that; each joint
   epoch goes on from the trained probe (its first epoch lowers the loss the mean started
   at); the epoch kept is the one with the lowest held-out loss, its rows distributions that
@@ -86,8 +87,9 @@ def test_optimal_constants_fit_lower_train_loss_than_the_mean_they_start_at(tmp_
   losses = {}
   for lr in (0.0, 0.05):
     c = tiny_config(tmp_path, **{"model.name": "splade_tiny", "papa.variants": ("raw", "optimal"),
-                                 "papa.fractions": (0.0, 1.0), "sort.gate_learning_rate": lr,
-                                 "sort.epochs": 3})
+                                 "papa.fractions": (0.0, 1.0), "optimal.learning_rate": lr,
+                                 "optimal.epochs": 3, "optimal.probe_epochs": 2,
+                                 "sort.epochs": 1})
     wd = str(tmp_path / f"wd{lr}")
     rows = run.run(c, wd)
     m = means_lib.load_means(os.path.join(wd, "means", "means_optimal.npz"))
@@ -249,3 +251,35 @@ def test_results_say_when_the_fitted_constant_is_worse_than_the_mean():
                          "below PAPA's mean (0.7900)")
   rows[2]["score"] = 0.795
   assert results.optimal_warning(rows) == "" == results.optimal_warning(rows[:2])
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("field,value,message", [
+    ("epochs", 0, r"optimal.epochs=0: use >= 1, or -1 for sort.epochs"),
+    ("probe_epochs", -2, r"optimal.probe_epochs=-2"),
+    ("learning_rate", -0.1, r"optimal.learning_rate=-0.1: use >= 0"),
+    ("held_out", 1.0, r"optimal.held_out=1.0: use a share in \(0, 1\)"),
+])
+def test_the_optimal_group_names_a_bad_value(field, value, message):
+  from configs import quickstart  # pylint: disable=import-outside-toplevel
+  from papa_jax.config import schema  # pylint: disable=import-outside-toplevel
+  c = quickstart.get_config()
+  schema.validate(c)
+  setattr(c.optimal, field, value)
+  with pytest.raises(schema.ConfigError, match=message):
+    schema.validate(c)
+
+
+@pytest.mark.unit
+def test_a_probe_on_fitted_constants_depends_on_the_fit_and_no_other_probe_does():
+  """The optimal group enters the fingerprint of a probe on the optimal constants only, so
+  the raw and uniform probes of old workdirs keep theirs."""
+  from configs import quickstart  # pylint: disable=import-outside-toplevel
+  from papa_jax.papa import probe  # pylint: disable=import-outside-toplevel
+
+  class Setup:
+    config = quickstart.get_config()
+  assert probe.fit_unit(Setup, "raw") == {} == probe.fit_unit(Setup, "uniform")
+  before = probe.fit_unit(Setup, "optimal")
+  Setup.config.optimal.learning_rate = 0.01
+  assert probe.fit_unit(Setup, "optimal") != before
