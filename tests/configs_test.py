@@ -86,7 +86,8 @@ def test_config_before_the_optimal_group_reads_as_the_fit_it_ran():
   del old["optimal"]
   old["sort"]["gate_learning_rate"] = 0.05
   new = config_schema.migrate(old)
-  assert new["optimal"] == dict(learning_rate=0.05, epochs=-1, probe_epochs=-1, held_out=0.2)
+  assert new["optimal"] == dict(learning_rate=0.05, epochs=-1, probe_epochs=-1, held_out=0.2,
+                                objective="task")
   now = base.get_config().to_dict()
   assert config_schema.migrate(now)["optimal"] == now["optimal"]  # Newer configs: as saved.
 

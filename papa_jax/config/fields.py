@@ -145,6 +145,9 @@ FIELDS: dict[str, Field | Group] = dict(
                         "probe.learning_rate); 0 keeps PAPA's mean."),
         held_out=F(0.2, "Share of its train examples kept out to choose its epoch (0 = the "
                    "mean) by their loss."),
+        objective=F("task", "task (the constant best for a probe on this task, fitted jointly "
+                    "with one) or hidden (task-free: the constant whose encoder best "
+                    "reproduces the unmodified last hidden states; no probe, no labels)."),
     )),
     probe=G("The probe on the frozen encoder, trained with AdamW at a constant rate.", dict(
         learning_rate=F(2e-5, "AdamW learning rate."),

@@ -32,6 +32,7 @@ from papa_jax.errors import ConfigError
 
 RESULT_GROUPS = ("model", "data", "sort", "optimal", "probe", "effective", "finetune",
                  "ablation", "knockout", "mixing")
+OPTIMAL_OBJECTIVES = ("task", "hidden")  # What the optimal constant's fit minimises.
 PAPA_GROUPS = ("model", "data", "sort", "probe")  # What means, sort and probe runs depend on.
 NON_RESULT_GROUPS = ("papa", "run", "figures", "report", "suite", "explore")
 NON_RESULT_FIELDS = ("stage", "overwrite")
@@ -89,7 +90,8 @@ def migrate(saved: dict) -> dict:
   if "sort.gate_learning_rate" in flat and not any(k.startswith("optimal.") for k in flat):
     # Before the `optimal` group the fit ran at the sorting run's rate and epochs.
     flat.update({"optimal.learning_rate": flat["sort.gate_learning_rate"],
-                 "optimal.epochs": -1, "optimal.probe_epochs": -1, "optimal.held_out": 0.2})
+                 "optimal.epochs": -1, "optimal.probe_epochs": -1, "optimal.held_out": 0.2,
+                 "optimal.objective": "task"})
   out: dict = {}
   for key, v in flat.items():
     node = out
@@ -290,6 +292,8 @@ def validate(config: ml_collections.ConfigDict) -> None:
     raise ConfigError(f"optimal.learning_rate={o.learning_rate}: use >= 0 (0 keeps the mean).")
   if not 0 < o.held_out < 1:
     raise ConfigError(f"optimal.held_out={o.held_out}: use a share in (0, 1).")
+  if o.objective not in OPTIMAL_OBJECTIVES:
+    raise ConfigError(f"optimal.objective={o.objective!r}: use one of {OPTIMAL_OBJECTIVES}.")
   bad = set(config.ablation.kinds) - set(ABLATIONS)
   if bad or not config.ablation.kinds:
     raise ConfigError(f"ablation.kinds={tuple(config.ablation.kinds)!r}: use a non-empty "

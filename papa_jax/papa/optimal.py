@@ -23,17 +23,22 @@ lower one (as far as the fit found the optimum).
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import time
 
 import jax
+import jax.numpy as jnp
 import numpy as np
+import optax
 from absl import logging
 
 from papa_jax import parallel
 from papa_jax.attention import AttentionOverride
 from papa_jax.config import schema as config_schema
+from papa_jax.data import pipeline
+from papa_jax.models.encoder import Encoder
 from papa_jax.papa import means, sort
 from papa_jax.probing import fitting, train
 from papa_jax.stage import Setup, Stage
@@ -119,6 +124,92 @@ def fit(setup: Setup, mean: np.ndarray) -> tuple[np.ndarray, dict]:
   return rows, info
 
 
+def _hidden_error(config, params, logits: jax.Array, batch: dict) -> tuple[jax.Array, jax.Array]:
+  """Sums over the batch's real tokens of the squared distance between the last hidden states
+  with every head at `softmax(logits)` and without any override, and of the latter's squared
+  norm (their ratio is the relative squared error)."""
+  run = lambda override: Encoder(config).apply(
+      {"params": params}, batch["input_ids"], batch["attention_mask"], batch["token_type_ids"],
+      override=override).last_hidden_state.astype(jnp.float32)
+  target = jax.lax.stop_gradient(run(None))
+  static = run(AttentionOverride.constant(jax.nn.softmax(logits, -1)))
+  m = (batch["attention_mask"] * batch["valid"][:, None]).astype(jnp.float32)
+  return (((static - target) ** 2).sum(-1) * m).sum(), ((target ** 2).sum(-1) * m).sum()
+
+
+def fit_hidden(setup: Setup, mean: np.ndarray) -> tuple[np.ndarray, dict]:
+  """The task-free fit (`optimal.objective=hidden`): the constants whose encoder reproduces the
+  unmodified encoder's last hidden states best, by the relative squared error over real tokens
+  (no probe, no labels); AdamW on the logits from log(mean) at `optimal.learning_rate` for
+  `optimal.epochs`, batches of `probe.batch_size` in the sorting run's seeded order, the epoch
+  (0: the mean) with the lowest error on the held-out share kept. Resumable per epoch."""
+  model, cfg = setup.model, setup.config
+  fingerprint = setup.fingerprint(GROUPS, ("train",), stage="optimal")
+  fit_data, held_out = split(setup)
+  tx = optax.adamw(cfg.optimal.learning_rate, b1=cfg.probe.adam_b1, b2=cfg.probe.adam_b2,
+                   eps=cfg.probe.adam_eps, weight_decay=0.0)
+  repl, shard = parallel.replicated(setup.mesh), parallel.batch_sharding(setup.mesh)
+
+  def loss(logits, batch):
+    err, ref = _hidden_error(model.config, model.params, logits, batch)
+    return err / jnp.maximum(ref, 1e-30)
+
+  @functools.partial(jax.jit, in_shardings=(repl, repl, shard), out_shardings=repl)
+  def step(logits, opt_state, batch):
+    value, grad = jax.value_and_grad(loss)(logits, batch)
+    updates, opt_state = tx.update(grad, opt_state, logits)
+    return optax.apply_updates(logits, updates), opt_state, value
+
+  sums = jax.jit(functools.partial(_hidden_error, model.config, model.params),
+                 in_shardings=(repl, shard), out_shardings=repl)
+
+  def error(logits, data) -> float:
+    total = np.zeros(2)
+    for _, out, _ in parallel.map_batches(lambda b: sums(logits, b), data,
+                                          batch_size=cfg.probe.batch_size, mesh=setup.mesh):
+      total += np.asarray(out, np.float64)
+    return float(total[0] / max(total[1], 1e-30))
+
+  logits = parallel.put_replicated(train.constant_logits(mean), setup.mesh)
+  opt_state = tx.init(logits)
+  path = setup.layout.path("optimal", "selection.npz")
+  record, best = _load_selection(path, fingerprint)
+  if record is not None:  # Goes on after the last epoch evaluated.
+    with storage.open(path, "rb") as f:
+      z = np.load(f)
+      logits = parallel.put_replicated(jnp.asarray(z["current"]), setup.mesh)
+      leaves = [jnp.asarray(z[f"opt_{i}"]) for i in range(len(jax.tree.leaves(opt_state)))]
+      opt_state = jax.tree.unflatten(jax.tree.structure(opt_state), leaves)
+  else:
+    record = dict(train_loss=[], held_out_loss=[])
+  t0 = time.perf_counter()
+  for epoch in range(len(record["train_loss"]), epochs(cfg, "epochs") + 1):
+    if epoch:
+      for batch in pipeline.batches(fit_data, cfg.probe.batch_size, shuffle=True,
+                                    seed=cfg.sort.seed, epoch=epoch - 1):
+        logits, opt_state, _ = step(logits, opt_state,
+                                    parallel.put_batch(pipeline.host_slice(batch), setup.mesh))
+    record["train_loss"].append(error(logits, fit_data))
+    record["held_out_loss"].append(error(logits, held_out))
+    logging.info("optimal (hidden states) epoch %d: relative squared error %.5f fit, %.5f "
+                 "held out", epoch, record["train_loss"][-1], record["held_out_loss"][-1])
+    if best is None or record["held_out_loss"][-1] < min(record["held_out_loss"][:-1],
+                                                        default=np.inf):
+      best = np.asarray(jax.device_get(logits))
+    if parallel.is_main_process():
+      storage.makedirs(os.path.dirname(path))
+      with storage.open(path, "wb") as f:
+        np.savez(f, logits=best, current=np.asarray(jax.device_get(logits)),
+                 record=json.dumps(dict(record, fingerprint=fingerprint)),
+                 **{f"opt_{i}": np.asarray(jax.device_get(x))
+                    for i, x in enumerate(jax.tree.leaves(opt_state))})
+  rows = np.asarray(jax.nn.softmax(best, -1), np.float32)
+  info = dict(objective="hidden", examples=len(fit_data), held_out=len(held_out),
+              epoch=int(np.argmin(record["held_out_loss"])), seconds=time.perf_counter() - t0,
+              metric="relative squared error of the last hidden states", **record)
+  return rows, info
+
+
 def _load_selection(path: str, fingerprint: str) -> tuple[dict | None, np.ndarray | None]:
   """The epochs a resumed fit already evaluated, and the best logits so far (none when the
   file is absent or from another config)."""
@@ -142,7 +233,8 @@ def _run(setup: Setup) -> None:
     logging.info("optimal: %s exists; skipping.", path)
     return
   raw = means.load_checked(setup, "raw")
-  rows, info = fit(setup, raw.avgs)
+  rows, info = (fit_hidden if setup.config.optimal.objective == "hidden" else fit)(
+      setup, raw.avgs)
   logging.info("optimal: kept epoch %d of %d (held-out loss per epoch from the mean: %s; "
                "train: %s) in %.0f s", info["epoch"], len(info["train_loss"]) - 1,
                " ".join(f"{x:.4f}" for x in info["held_out_loss"]),

@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import papa_jax as pj
 from papa_jax import attention, convert, run
 from papa_jax.papa import means as means_lib
 from papa_jax.probing import probes, train
@@ -283,3 +284,55 @@ def test_a_probe_on_fitted_constants_depends_on_the_fit_and_no_other_probe_does(
   before = probe.fit_unit(Setup, "optimal")
   Setup.config.optimal.learning_rate = 0.01
   assert probe.fit_unit(Setup, "optimal") != before
+
+
+@pytest.mark.unit
+def test_the_task_free_error_sums_real_tokens_of_valid_rows(random_hf):
+  """`_hidden_error` = numpy's sums over the real tokens of valid rows of |h_const - h|^2 and
+  |h|^2, h the last hidden state without override, h_const with every head at softmax(logits)
+  (masked and renormalised); a padding row (valid False) counts nothing."""
+  from papa_jax.papa import optimal  # pylint: disable=import-outside-toplevel
+  from tests import hf_oracle  # pylint: disable=import-outside-toplevel
+  model = random_hf("bert")[1]
+  c = model.config
+  ids, mask = hf_oracle.padded_batch(c.vocab_size, (8, 5, 3), 8, c.pad_token_id)
+  logits = np.random.default_rng(0).standard_normal((c.num_layers, c.num_heads, 8, 8))
+  batch = dict(input_ids=ids, attention_mask=mask, token_type_ids=np.zeros_like(ids),
+               valid=np.array([True, True, False]))
+  err, ref = optimal._hidden_error(c, model.params, jnp.asarray(logits, jnp.float32), batch)
+  const = pj.AttentionOverride.constant(jax.nn.softmax(jnp.asarray(logits, jnp.float32), -1))
+  h_const = np.asarray(model.apply(ids, mask, override=const).last_hidden_state, np.float64)
+  h = np.asarray(model.apply(ids, mask).last_hidden_state, np.float64)
+  m = mask.astype(bool) & batch["valid"][:, None]
+  np.testing.assert_allclose(float(err), ((h_const - h) ** 2).sum(-1)[m].sum(), rtol=1e-4)
+  np.testing.assert_allclose(float(ref), (h ** 2).sum(-1)[m].sum(), rtol=1e-5)
+
+
+@pytest.mark.integration
+def test_the_task_free_fit_lowers_the_held_out_hidden_state_error(tmp_path):
+  """objective=hidden: no probe; at rate 0 the rows are the mean and every epoch's error
+  equals the mean's; at 0.05 the error on the fit's examples falls, the epoch kept has the
+  lowest held-out error, below the mean's."""
+  require_model("splade_tiny")
+  fits = {}
+  for lr in (0.0, 0.05):
+    c = tiny_config(tmp_path, **{"model.name": "splade_tiny", "papa.variants": ("raw", "optimal"),
+                                 "papa.fractions": (0.0, 1.0), "optimal.learning_rate": lr,
+                                 "optimal.objective": "hidden", "optimal.epochs": 2})
+    wd = str(tmp_path / f"wd{lr}")
+    run.run(c, wd)
+    m = means_lib.load_means(os.path.join(wd, "means", "means_optimal.npz"))
+    fits[lr] = fit = m.metadata["fit"]
+    assert fit["objective"] == "hidden" and len(fit["train_loss"]) == 3, fit
+    assert not os.path.exists(os.path.join(wd, "optimal", "probe")), "a probe was trained"
+    if lr == 0.0:
+      raw = means_lib.load_means(os.path.join(wd, "means", "means_raw.npz"))
+      seen = raw.counts > 0
+      norm = raw.avgs / np.maximum(raw.avgs.sum(-1, keepdims=True), 1e-30)
+      np.testing.assert_allclose(m.avgs[..., seen], norm[..., seen], atol=1e-5)
+  still, moved = fits[0.0], fits[0.05]
+  np.testing.assert_allclose(still["train_loss"], still["train_loss"][0], rtol=1e-6)
+  assert moved["train_loss"][-1] < moved["train_loss"][0], moved
+  assert moved["epoch"] > 0 and moved["held_out_loss"][moved["epoch"]] < moved[
+      "held_out_loss"][0], moved
+  assert moved["held_out_loss"][0] == pytest.approx(still["held_out_loss"][0], rel=1e-6)
