@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from papa_jax.convert.families import rules
-from papa_jax.convert.families.family import ABSOLUTE, Family, absolute_fields
+from papa_jax.convert.families.family import ABSOLUTE, Family, MLMHeadNames, absolute_fields
 from papa_jax.models.config import EncoderConfig
 
 
@@ -19,4 +19,7 @@ def bert_rules(c: EncoderConfig, layer_groups=None) -> list[rules.Rule]:
 
 
 BERT = Family(name="bert", model_types=("bert",), config=config, rules=bert_rules,
-              base_prefix="bert", oracle_class="BertModel", code_path=ABSOLUTE)
+              base_prefix="bert", oracle_class="BertModel", code_path=ABSOLUTE,
+              mlm_head=MLMHeadNames("cls.predictions.transform.dense",
+                                    "cls.predictions.transform.LayerNorm",
+                                    "cls.predictions.decoder", "cls.predictions.bias"))

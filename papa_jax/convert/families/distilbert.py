@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from papa_jax.convert.families import rules
-from papa_jax.convert.families.family import ABSOLUTE, Family, activation
+from papa_jax.convert.families.family import ABSOLUTE, Family, MLMHeadNames, activation
 from papa_jax.models.config import EncoderConfig
 
 
@@ -50,4 +50,6 @@ def distilbert_rules(c: EncoderConfig, layer_groups=None) -> list[rules.Rule]:
 
 DISTILBERT = Family(name="distilbert", model_types=("distilbert",), config=config,
                     rules=distilbert_rules, base_prefix="distilbert",
-                    oracle_class="DistilBertModel", code_path=ABSOLUTE)
+                    oracle_class="DistilBertModel", code_path=ABSOLUTE,
+                    mlm_head=MLMHeadNames("vocab_transform", "vocab_layer_norm",
+                                          "vocab_projector", "vocab_projector.bias"))

@@ -28,6 +28,18 @@ class CodePath(NamedTuple):
                c.norm_placement)
 
 
+class MLMHeadNames(NamedTuple):
+  """Where a `*ForMaskedLM` checkpoint keeps its head (`causal/metrics.py` reads it): the
+  dense layer, the LayerNorm, the decoder (absent when tied to the word embeddings) and the
+  output bias; tensor-name prefixes."""
+
+  dense: str
+  norm: str
+  decoder: str
+  bias: str
+
+
+LM_HEAD = MLMHeadNames("lm_head.dense", "lm_head.layer_norm", "lm_head.decoder", "lm_head.bias")
 ABSOLUTE = CodePath("dot", False, False, False, "post")  # BERT: absolute positions.
 DISENTANGLED = CodePath("disentangled", False, False, False, "post")  # DeBERTa.
 RELATIVE_BIAS = CodePath("dot", True, False, False, "post")  # MPNet.
@@ -57,6 +69,8 @@ class Family:
       the first family of each path.
     shared_layers: config.json dict -> each flat layer's (group, sub-layer) when layers share
       tensors (ALBERT); None for a family whose layers are its own.
+    mlm_head: where its `*ForMaskedLM` checkpoints keep the MLM head (`MLMHeadNames`); None
+      where it is not read.
   """
 
   name: str
@@ -67,6 +81,7 @@ class Family:
   oracle_class: str
   code_path: CodePath
   shared_layers: Callable[[dict[str, Any]], LayerGroups] | None = None
+  mlm_head: MLMHeadNames | None = None
 
 
 def unsupported(cfg: dict[str, Any], key: str, ok: Any, what: str) -> None:

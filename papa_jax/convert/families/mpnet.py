@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from papa_jax.convert.families import rules
-from papa_jax.convert.families.family import RELATIVE_BIAS, Family, bert_fields
+from papa_jax.convert.families.family import LM_HEAD, RELATIVE_BIAS, Family, bert_fields
 from papa_jax.errors import ModelFileError
 from papa_jax.models.config import EncoderConfig
 
@@ -53,4 +53,5 @@ def mpnet_rules(c: EncoderConfig, layer_groups=None) -> list[rules.Rule]:
 
 
 MPNET = Family(name="mpnet", model_types=("mpnet",), config=config, rules=mpnet_rules,
-               base_prefix="mpnet", oracle_class="MPNetModel", code_path=RELATIVE_BIAS)
+               base_prefix="mpnet", oracle_class="MPNetModel", code_path=RELATIVE_BIAS,
+               mlm_head=LM_HEAD)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from papa_jax.convert.families.bert import bert_rules
-from papa_jax.convert.families.family import ABSOLUTE, Family, absolute_fields
+from papa_jax.convert.families.family import ABSOLUTE, LM_HEAD, Family, absolute_fields
 from papa_jax.models.config import EncoderConfig
 
 
@@ -19,4 +19,4 @@ def config(cfg: dict[str, Any], name: str) -> EncoderConfig:
 
 ROBERTA = Family(name="roberta", model_types=("roberta", "xlm-roberta", "camembert"),
                  config=config, rules=bert_rules, base_prefix="roberta",
-                 oracle_class="RobertaModel", code_path=ABSOLUTE)
+                 oracle_class="RobertaModel", code_path=ABSOLUTE, mlm_head=LM_HEAD)
