@@ -267,11 +267,17 @@ def attribution(model, batch: dict, source: dict[str, Array], metric: Metric
 def at_targets(per_site: np.ndarray, targets: Targets) -> np.ndarray:
   """`attribution`'s `[layers, B, L, H]` summed over each target's positions and heads,
   `[T, B]`: the estimate of what `sweep` measures."""
-  out = np.empty((len(targets), per_site.shape[1]), per_site.dtype)
-  for t, (l, p, h) in enumerate(zip(targets.layers, targets.positions, targets.heads)):
-    x = per_site[l]
-    x = x if p < 0 else x[:, p:p + 1]
-    out[t] = (x if h < 0 else x[..., h:h + 1]).sum((1, 2))
+  layers, pos, heads = (np.asarray(a) for a in (targets.layers, targets.positions,
+                                                 targets.heads))
+  out = np.empty((len(layers), per_site.shape[1]), per_site.dtype)
+  for all_pos in (False, True):  # Vectorised per kind: -1 sums that axis.
+    for all_heads in (False, True):
+      sel = ((pos < 0) == all_pos) & ((heads < 0) == all_heads)
+      if sel.any():
+        x = per_site.sum(2, keepdims=True) if all_pos else per_site
+        x = x.sum(3, keepdims=True) if all_heads else x
+        out[sel] = x[layers[sel], :, np.where(all_pos, 0, pos[sel]),
+                     np.where(all_heads, 0, heads[sel])]
   return out
 
 

@@ -339,3 +339,17 @@ def test_attribution_of_several_sites_in_one_pass_equals_each_alone(random_hf):
                                  _cls_metric)[site]
     assert np.abs(alone).max() > 1e-3
     np.testing.assert_allclose(both[site], alone, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.unit
+def test_at_targets_sums_each_targets_positions_and_heads():
+  """Every kind of target (one or all positions, one or all heads) in one list, against a
+  loop over them in numpy."""
+  per_site = np.random.default_rng(0).standard_normal((3, 2, 5, 4))
+  t = patching.Targets(np.array([0, 2, 1, 1, 2, 0]), np.array([3, -1, 0, -1, 4, -1]),
+                       np.array([1, 2, -1, -1, 0, 3]))
+  got = patching.at_targets(per_site, t)
+  for i, (l, p, h) in enumerate(zip(t.layers, t.positions, t.heads)):
+    x = per_site[l][:, slice(None) if p < 0 else slice(p, p + 1)]
+    want = x[..., slice(None) if h < 0 else slice(h, h + 1)].sum((1, 2))
+    np.testing.assert_allclose(got[i], want, err_msg=str(i))
