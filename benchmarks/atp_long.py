@@ -3,7 +3,7 @@ against TransformerLens, in one command.
 
   python benchmarks/atp_long.py [--n 8 --length 512]      (needs the `bench` extra)
 
-The model is a seeded random `BertForMaskedLM` of BERT-base's shape (12 layers, 768 wide, 12
+The model is a seeded random `BertForPreTraining` of BERT-base's shape (12 layers, 768 wide, 12
 heads, 30,522 tokens; random weights: the cost does not depend on them), converted to
 papa-jax and to TransformerLens 3.9's `HookedEncoder` (checked equal to Hugging Face first).
 Data: `n` seeded random token sequences of `length` tokens ([CLS] ... [SEP], no padding),
@@ -32,11 +32,11 @@ TOKENS = (2204, 2919)  # Two fixed vocabulary ids ("good", "bad" in BERT's vocab
 
 
 def save_model(path: str) -> None:
-  """A seeded random BERT-base `BertForMaskedLM`, saved as safetensors."""
+  """A seeded random BERT-base `BertForPreTraining` (MLM head and pooler), as safetensors."""
   import torch
   import transformers as tr
   torch.manual_seed(0)
-  tr.BertForMaskedLM(tr.BertConfig()).eval().save_pretrained(path, safe_serialization=True)
+  tr.BertForPreTraining(tr.BertConfig()).eval().save_pretrained(path, safe_serialization=True)
 
 
 def pairs(n: int, length: int):
@@ -69,7 +69,7 @@ def tl(path: str, clean, corrupt):
   from transformer_lens import HookedEncoder, HookedTransformerConfig
   from transformer_lens.pretrained.weight_conversions import convert_bert_weights
   torch.set_num_threads(os.cpu_count() or 1)
-  mlm = tr.BertForMaskedLM.from_pretrained(path).eval()
+  mlm = tr.BertForPreTraining.from_pretrained(path).eval()  # TL maps the pooler too.
   c = mlm.config
   cfg = HookedTransformerConfig(
       n_layers=c.num_hidden_layers, d_model=c.hidden_size, n_ctx=c.max_position_embeddings,
