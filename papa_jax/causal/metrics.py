@@ -6,7 +6,8 @@ activation, LayerNorm, a decoder tied to the word embeddings or its own, a bias;
 RoBERTa, MPNet and DistilBERT).
 `logit_difference(head, good, bad)` is then a metric for `pj.patch`, `pj.attribution_patch`
 and `pj.knockout`: the head's logit of token `good` minus that of `bad` at one position (or
-at each example's [MASK]).
+at each example's [MASK]). `probe_logit_difference` and `probe_loss` do the same with a
+finished PAPA workdir's probe (`papa.probe.restore_baseline`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import numpy as np
 from papa_jax.convert import checkpoint_io, resolve_model_dir
 from papa_jax.convert.families import BY_MODEL_TYPE, FAMILIES
 from papa_jax.errors import ModelFileError
+from papa_jax.probing import probes
 
 Array = jax.Array
 ACTIVATIONS = {"gelu": lambda x: jax.nn.gelu(x, approximate=False),
@@ -123,4 +125,29 @@ def logit_difference(head: MLMHead, good: int, bad: int, position: int | None = 
       h = h[:, position]
     lg = head.logits(h, jnp.array([good, bad]))
     return jnp.where(found, lg[:, 0] - lg[:, 1], jnp.nan)
+  return metric
+
+
+def _probe_logits(module, params, out, batch) -> Array:
+  feats = jnp.stack(out.hidden_states, axis=1)  # [B, K, L, D], as the probe was trained on.
+  return module.apply({"params": params}, feats, batch["attention_mask"], deterministic=True)
+
+
+def probe_logit_difference(module, params, good: int, bad: int):
+  """`metric(output, batch) -> [B]`: a sentence probe's logit of class `good` minus `bad`
+  (`papa.probe.restore_baseline` gives a finished workdir's probe)."""
+  def metric(out, batch):
+    logits = _probe_logits(module, params, out, batch)
+    return logits[:, good] - logits[:, bad]
+  return metric
+
+
+def probe_loss(module, params):
+  """`metric(output, batch) -> [B]`: the probe's loss per example on `batch["labels"]` (the
+  task's loss: cross-entropy, or squared error for regression; tagging: summed over the
+  scored tokens)."""
+
+  def metric(out, batch):
+    logits = _probe_logits(module, params, out, batch)
+    return probes.example_losses(module.kind, logits, batch["labels"])
   return metric

@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import time
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from absl import logging
@@ -29,9 +30,10 @@ from papa_jax.probing import fitting, train
 from papa_jax.workdir import storage, rules as workdir
 from papa_jax.probing import features as features_lib
 from papa_jax.attention import AttentionOverride
-from papa_jax.workdir.layout import RELATIVE
+from papa_jax.workdir.layout import RELATIVE, Layout
 from papa_jax.papa import means, orderings, schedule
 from papa_jax.papa.sort import needs_ranking, static_head_counts
+from papa_jax.errors import IncompleteWorkdir
 from papa_jax.stage import Setup, Stage
 
 
@@ -70,6 +72,26 @@ def baseline_fit(setup: Setup, seed: int):
       fp)
   return (train.probe_module(setup.task, mc, cfg.probe), encoder,
           train.make_optimizer(cfg.probe), fit)
+
+
+def restore_baseline(workdir_path: str, seed: int | None = None):
+  """A finished workdir's baseline probe (no constant head; `seed`, default the first) for
+  use as a metric: `(probe module, its parameters, the workdir's Setup)`. Its config is the
+  workdir's own (`config.json` over today's defaults); its data files must be where the
+  config says (the checkpoint is checked against their content)."""
+  path = Layout(workdir_path).config
+  if not storage.exists(path):
+    raise IncompleteWorkdir(f"{path} does not exist: {workdir_path} is not a finished workdir.")
+  config = config_schema.get_config()
+  config.update(config_schema.migrate(workdir.read_json(path)))
+  setup = Setup(config, workdir_path, inputs=("train", "eval"))
+  seed = setup.seeds[0] if seed is None else seed
+  if seed not in setup.seeds:
+    # caller's argument
+    raise ValueError(f"seed {seed}: {workdir_path} trained probes with seeds {setup.seeds}.")
+  module, encoder, tx, fit = baseline_fit(setup, seed)
+  params = fitting.restore_final(module, encoder, tx, fit, setup.max_length)["probe"]
+  return module, jax.device_get(params), setup
 
 
 def baseline_runs(setup: Setup) -> list[dict]:

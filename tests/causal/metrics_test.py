@@ -105,3 +105,39 @@ def test_mlm_head_names_a_checkpoint_without_one_and_other_families(tmp_path, ra
     metrics.mlm_head(str(path))
   with pytest.raises(ValueError, match="give a position"):
     metrics.logit_difference(None, 1, 2, position=None)
+
+
+@pytest.mark.integration
+def test_a_finished_workdirs_probe_as_a_metric_equals_its_saved_dev_logits(tmp_path):
+  """`restore_baseline` brings back the baseline probe of a finished run: through
+  `probe_logit_difference` on the unmodified encoder it gives the run's saved dev logits
+  (class 1 - class 0), and `probe_loss` their cross-entropy; an unknown seed is named."""
+  import os  # pylint: disable=import-outside-toplevel
+  from papa_jax import run  # pylint: disable=import-outside-toplevel
+  from papa_jax.papa import probe  # pylint: disable=import-outside-toplevel
+  from tests.testing import require_model, tiny_config  # pylint: disable=import-outside-toplevel
+  require_model("splade_tiny")
+  wd = str(tmp_path / "wd")
+  run.run(tiny_config(tmp_path, **{"model.name": "splade_tiny", "papa.fractions": (0.0,),
+                                   "papa.seeds": (42, 43)}), wd)
+  module, params, setup = probe.restore_baseline(wd, seed=43)
+  data = setup.eval_data
+  batch = dict(input_ids=data.input_ids, attention_mask=data.attention_mask,
+               token_type_ids=data.token_type_ids, labels=data.labels)
+  out = setup.model.apply(data.input_ids, data.attention_mask,
+                          token_type_ids=data.token_type_ids)
+  saved = np.load(os.path.join(wd, "probe", "raw_k0_s43", "predictions.npz"))["logits"]
+  got = np.asarray(metrics.probe_logit_difference(module, params, 1, 0)(out, batch))
+  np.testing.assert_allclose(got, saved[:, 1] - saved[:, 0], atol=1e-4)
+  shifted = saved - saved.max(1, keepdims=True)
+  want = -(shifted[np.arange(len(saved)), data.labels] - np.log(np.exp(shifted).sum(1)))
+  np.testing.assert_allclose(np.asarray(metrics.probe_loss(module, params)(out, batch)), want,
+                             atol=1e-4)
+  other = probe.restore_baseline(wd, seed=42)[1]
+  assert np.abs(np.asarray(metrics.probe_logit_difference(module, other, 1, 0)(out, batch))
+                - got).max() > 1e-3  # Another seed, another probe.
+  with pytest.raises(ValueError, match=r"seed 7: .* trained probes with seeds \(42, 43\)"):
+    probe.restore_baseline(wd, seed=7)
+  from papa_jax.errors import IncompleteWorkdir  # pylint: disable=import-outside-toplevel
+  with pytest.raises(IncompleteWorkdir, match="config.json does not exist"):
+    probe.restore_baseline(str(tmp_path / "nothing"))
