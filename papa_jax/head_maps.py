@@ -134,13 +134,15 @@ def _csv(maps: Sequence[HeadMap]) -> str:
   buf = io.StringIO()
   w = csv.writer(buf)
   w.writerow(header)
-  layers, heads = maps[0].values.shape[:2]
-  for s, group in zip(subsets, by_subset):
+  layers = maps[0].values.shape[0]
+  heads = max(m.values.shape[1] for m in maps)  # A per-layer map (one "head") leaves the rest
+  for s, group in zip(subsets, by_subset):    # of its rows empty.
     for l in range(layers):
       for h in range(heads):
         row = ([s] if header[0] == "subset" else []) + [l, h]
         for m in group:
-          row += [f"{x:.6g}" for x in np.atleast_1d(m.values[l, h])]
+          row += ([f"{x:.6g}" for x in np.atleast_1d(m.values[l, h])]
+                  if h < m.values.shape[1] else [""] * max(len(m.columns), 1))
         w.writerow(row)
   return buf.getvalue()
 

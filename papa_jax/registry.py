@@ -10,14 +10,14 @@ they read.
 from __future__ import annotations
 
 from papa_jax.analysis import (ablation, effective_stats, finetune, knockout, linguistic,
-                               mixing_stats)
+                               mixing_stats, patching_stage)
 from papa_jax.papa import means, optimal, ordering_stage, probe, sort
 from papa_jax.stage import Stage
 
 STAGES: tuple[Stage, ...] = (
     means.STAGE, optimal.STAGE, sort.STAGE, ordering_stage.STAGE, probe.STAGE,
     effective_stats.STAGE, finetune.STAGE, linguistic.STAGE, ablation.STAGE, knockout.STAGE,
-    mixing_stats.STAGE,
+    patching_stage.STAGE, mixing_stats.STAGE,
 )
 BY_NAME = {s.name: s for s in STAGES}
 ALIASES = {"all": "probe"}  # The whole PAPA pipeline: means, optimal, sort, orderings, probe.

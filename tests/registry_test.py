@@ -28,7 +28,7 @@ STAGES = {s.name: s for s in registry.STAGES}
 # new stage must be added by hand.
 READS_DEV = {"means": False, "optimal": True, "sort": True, "orderings": True, "probe": True,
              "effective": False, "finetune": False, "linguistic": False, "ablation": False,
-             "knockout": False, "mixing": False}
+             "knockout": False, "patching": False, "mixing": False}
 
 
 @pytest.mark.unit
@@ -126,9 +126,10 @@ def finished(tmp_path_factory, minilm):
            "effective.max_examples": 8, "papa.fractions": (0.0, 0.5, 1.0), "run.batch_size": 8,
            "ablation.kinds": ("uniform",),
            "finetune.other_model": "pkg:sre_embedding_model/model_weights",
-           "papa.orderings": ("lambda", "random"), "papa.random_draws": 1}
+           "papa.orderings": ("lambda", "random"), "papa.random_draws": 1,
+           "patching.max_pairs": 3}
   wds = {}
-  for name in ("all", "effective", "finetune", "ablation", "knockout", "mixing"):
+  for name in ("all", "effective", "finetune", "ablation", "knockout", "patching", "mixing"):
     wds[name] = str(tmp / "papa")
     run.run(tiny_config(tmp, stage=name, **small), wds[name])
   pos = tiny_config(tmp, stage="linguistic", **small, **{"data.task": "pos"})
@@ -209,8 +210,10 @@ def test_registry_every_per_head_stage_reaches_the_explorer_and_the_report(name,
   wd = reader.read_workdir(finished[name])
   view = collect.heads_view(wd)
   mine = [m for m in view["maps"] if m["stage"] == name]
-  heads = 1 if name == "knockout" else 12  # Knockout blocks edges in every head at once.
-  assert mine and all(np.shape(m["values"]) == (6, heads) for m in mine), name
+  # Knockout blocks edges in every head at once; patching's position sites are per layer.
+  heads = {"knockout": {1}, "patching": {1, 12}}.get(name, {12})
+  assert mine and all(np.shape(m["values"])[0] == 6 and np.shape(m["values"])[1] in heads
+                      for m in mine), name
   text = "\n".join(report_markdown.per_head_lines([report_heads.analyse("m", "t", wd.head_maps)]))
   assert all(f"`{m.key}`" in text for m in wd.head_maps if m.stage == name)
 

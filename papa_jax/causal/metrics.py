@@ -128,7 +128,8 @@ def logit_difference(head: MLMHead, good: int, bad: int, position: int | None = 
   return metric
 
 
-def _probe_logits(module, params, out, batch) -> Array:
+def probe_logits(module, params, out, batch) -> Array:
+  """A probe's outputs on an encoder output (all hidden states, as the probe was trained)."""
   feats = jnp.stack(out.hidden_states, axis=1)  # [B, K, L, D], as the probe was trained on.
   return module.apply({"params": params}, feats, batch["attention_mask"], deterministic=True)
 
@@ -137,7 +138,7 @@ def probe_logit_difference(module, params, good: int, bad: int):
   """`metric(output, batch) -> [B]`: a sentence probe's logit of class `good` minus `bad`
   (`papa.probe.restore_baseline` gives a finished workdir's probe)."""
   def metric(out, batch):
-    logits = _probe_logits(module, params, out, batch)
+    logits = probe_logits(module, params, out, batch)
     return logits[:, good] - logits[:, bad]
   return metric
 
@@ -148,6 +149,15 @@ def probe_loss(module, params):
   scored tokens)."""
 
   def metric(out, batch):
-    logits = _probe_logits(module, params, out, batch)
+    logits = probe_logits(module, params, out, batch)
     return probes.example_losses(module.kind, logits, batch["labels"])
+  return metric
+
+
+def probe_log_prob(module, params):
+  """`metric(output, batch) -> [B]`: a classification probe's log-probability of class
+  `batch["target_class"]` (e.g. the class it gives the clean sentence)."""
+  def metric(out, batch):
+    logp = jax.nn.log_softmax(probe_logits(module, params, out, batch), -1)
+    return jnp.take_along_axis(logp, jnp.asarray(batch["target_class"])[:, None], 1)[:, 0]
   return metric

@@ -55,9 +55,9 @@ def read_pairs(path: str, fmt: str = "", *, clean: str = "clean", corrupt: str =
 
 
 def encode_pairs(pairs: list[Pair], tokenizer, max_length: int, *, path: str = "",
-                 equal_lengths: bool = True) -> tuple[dict, dict]:
+                 equal_lengths: bool = True, pad_to: int = 0) -> tuple[dict, dict]:
   """(clean, corrupt) batches `input_ids`, `attention_mask` (and `token_type_ids`) `[N, L]`,
-  padded to the longest pair. Raises naming the line of a side longer than `max_length` or,
+  padded to the longest pair (or to `pad_to`, e.g. a probe's input length). Raises naming the line of a side longer than `max_length` or,
   with `equal_lengths` (positions patched), of a pair whose sides differ in word pieces."""
   where = lambda p: f"{path or 'pairs'}:{p.line}"
   enc = [tokenizer([getattr(p, side) for p in pairs], add_special_tokens=True)["input_ids"]
@@ -71,7 +71,7 @@ def encode_pairs(pairs: list[Pair], tokenizer, max_length: int, *, path: str = "
       raise DataError(f"{where(p)}: the clean text has {len(a)} word pieces and the corrupt "
                       f"{len(b)}; patching positions needs equal lengths (or "
                       "equal_lengths=False for whole-run sites).")
-  length = max(len(ids) for side in enc for ids in side)
+  length = max(pad_to, max(len(ids) for side in enc for ids in side))
   pad = tokenizer.pad_token_id or 0
   out = []
   for side in enc:

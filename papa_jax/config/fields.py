@@ -13,6 +13,8 @@ from typing import Any, Union
 
 # Copies of analysis/knockout.py's CLASSES and interventions.KNOCKOUT_RULES (a test compares).
 KNOCKOUT_CLASSES = ("cls", "sep", "punctuation", "other", "previous", "next")
+# The patching stage's sites: per head ("context") or per position (the others).
+PATCHING_SITES = ("context", "residual_in", "residual_out", "attention_output", "mlp_output")
 KNOCKOUT_RULES = ("renormalize", "zero")
 VARIANTS = ("raw", "effective", "uniform", "row_mean", "compressed", "optimal")  # papa/constants.py
 FEATURE_DTYPES = ("float32", "bfloat16")
@@ -192,6 +194,18 @@ FIELDS: dict[str, Field | Group] = dict(
                "to 0)."),
         classes=F(KNOCKOUT_CLASSES, "Key positions whose edges are blocked, each a column: "
                   "cls, sep, punctuation, other (every other real token), previous, next."),
+    )),
+    patching=G("The patching stage: activation and attribution patching of (clean, corrupt) "
+               "pairs, scored by the ablation stage's probe "
+               "(papa_jax/analysis/patching_stage.py).", dict(
+        pairs=F("", "A pair file (csv, tsv or jsonl with fields clean and corrupt); empty: "
+                "pairs built from the analysis split by sentiment-word substitution."),
+        sites=F(("context", "residual_in"), "Sites patched: context (per layer and head) and "
+                "residual_in, residual_out, attention_output, mlp_output (per layer and "
+                "position)."),
+        max_pairs=F(64, "At most this many pairs (the file's first, or the split's first "
+                    "sentences with a substitution word)."),
+        chunk=F(16, "Targets per patched forward call (rows: targets x pairs; memory)."),
     )),
     mixing=G("The mixing stage: context mixing beyond attention "
              "(papa_jax/measures/mixing.py).", dict(

@@ -27,11 +27,11 @@ import ml_collections
 
 from papa_jax.config.fields import (ABLATIONS, DATA_FORMATS, EXPLORE_MIXING, FEATURE_DTYPES,
                                     FIELDS, KNOCKOUT_CLASSES, KNOCKOUT_RULES, MIXING_METHODS,
-                                    ORDERINGS, VARIANTS, Group)
+                                    ORDERINGS, PATCHING_SITES, VARIANTS, Group)
 from papa_jax.errors import ConfigError
 
 RESULT_GROUPS = ("model", "data", "sort", "optimal", "probe", "effective", "finetune",
-                 "ablation", "knockout", "mixing")
+                 "ablation", "knockout", "patching", "mixing")
 OPTIMAL_OBJECTIVES = ("task", "hidden")  # What the optimal constant's fit minimises.
 PAPA_GROUPS = ("model", "data", "sort", "probe")  # What means, sort and probe runs depend on.
 NON_RESULT_GROUPS = ("papa", "run", "figures", "report", "suite", "explore")
@@ -112,7 +112,7 @@ def unclassified_fields(config: ml_collections.ConfigDict) -> list[str]:
 # `quote_name_lists` makes that a tuple literal before the flag parser sees it
 # (ml_collections would read `lambda,...` as Python and fail on the keyword).
 NAME_LISTS = ("papa.variants", "papa.orderings", "ablation.kinds", "knockout.classes",
-              "mixing.methods", "explore.mixing", "explore.figures")
+              "patching.sites", "mixing.methods", "explore.mixing", "explore.figures")
 
 
 def quote_name_lists(argv: list[str]) -> list[str]:
@@ -305,6 +305,13 @@ def validate(config: ml_collections.ConfigDict) -> None:
   if bad or not k.classes:
     raise ConfigError(f"knockout.classes={tuple(k.classes)!r}: use a non-empty subset of "
                       f"{KNOCKOUT_CLASSES}.")
+  p = config.patching
+  bad = set(p.sites) - set(PATCHING_SITES)
+  if bad or not p.sites:
+    raise ConfigError(f"patching.sites={tuple(p.sites)!r}: use a non-empty subset of "
+                      f"{PATCHING_SITES}.")
+  if p.max_pairs < 1 or p.chunk < 1:
+    raise ConfigError(f"patching.max_pairs={p.max_pairs}, patching.chunk={p.chunk}: use >= 1.")
   bad = set(config.mixing.methods) - set(MIXING_METHODS)
   if bad:
     raise ConfigError(f"mixing.methods={tuple(config.mixing.methods)!r}: use a subset of "
