@@ -57,8 +57,9 @@ def read_pairs(path: str, fmt: str = "", *, clean: str = "clean", corrupt: str =
 def encode_pairs(pairs: list[Pair], tokenizer, max_length: int, *, path: str = "",
                  equal_lengths: bool = True, pad_to: int = 0) -> tuple[dict, dict]:
   """(clean, corrupt) batches `input_ids`, `attention_mask` (and `token_type_ids`) `[N, L]`,
-  padded to the longest pair (or to `pad_to`, e.g. a probe's input length). Raises naming the line of a side longer than `max_length` or,
-  with `equal_lengths` (positions patched), of a pair whose sides differ in word pieces."""
+  padded to the longest pair (or to `pad_to`, e.g. a probe's input length). Raises naming the
+  line of a side longer than `max_length` or, with `equal_lengths` (positions patched), of a
+  pair whose sides differ in word pieces."""
   where = lambda p: f"{path or 'pairs'}:{p.line}"
   enc = [tokenizer([getattr(p, side) for p in pairs], add_special_tokens=True)["input_ids"]
          for side in ("clean", "corrupt")]
