@@ -16,7 +16,7 @@ from papa_jax.causal.patching import Targets, attribution_patch, patch
 from papa_jax.convert import Pretrained, load_pretrained
 from papa_jax.measures.effective import effective_attention, null_attention
 from papa_jax.interventions import (Add, EffectiveAttention, HeadAblation, HeadMask, Knockout,
-                                     Patch, Transform, ValueZeroing)
+                                     Patch, StopGradient, Transform, ValueZeroing)
 from papa_jax.models.config import EncoderConfig
 from papa_jax.models.encoder import Capture, Encoder, EncoderOutput, LayerIntermediates
 from papa_jax.papa.schedule import head_mask_from_ranking, ranking_from_lambdas, static_head_counts
@@ -25,7 +25,8 @@ from papa_jax.reader import FinishedWorkdir, read_workdir
 __all__ = [
     "Add", "AttentionOverride", "Capture", "EffectiveAttention", "Encoder", "EncoderConfig",
     "EncoderOutput", "FinishedWorkdir", "HeadAblation", "HeadMask", "Knockout",
-    "LayerIntermediates", "Patch", "Pretrained", "Targets", "Transform", "ValueZeroing",
+    "LayerIntermediates", "Patch", "Pretrained", "StopGradient", "Targets", "Transform",
+    "ValueZeroing",
     "attention_means", "attribution_patch", "context_mixing", "effective_attention",
     "effective_attentions", "encode_texts", "head_mask_from_ranking", "interventions", "knockout",
     "load_pretrained", "load_results", "null_attention", "patch", "ranking_from_lambdas",

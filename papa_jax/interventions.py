@@ -300,6 +300,23 @@ class Add:
     return x + jnp.asarray(self.delta[layer], x.dtype)
 
 
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class StopGradient:
+  """The activation at `site` of layer `layer` unchanged, its gradient stopped (AtP*'s
+  GradDrop drops one layer's block outputs from the backward pass)."""
+
+  layer: int = dataclasses.field(metadata=dict(static=True))
+  site: str = dataclasses.field(default="attention_output", metadata=dict(static=True))
+
+  def __post_init__(self):
+    _check_site("StopGradient", self.site)
+
+  def __call__(self, x: Array, *, layer: int, mask: Array, values: Array | None) -> Array:
+    del mask, values
+    return jax.lax.stop_gradient(x) if layer == self.layer else x
+
+
 KNOCKOUT_RULES = ("renormalize", "zero")
 
 

@@ -11,8 +11,9 @@ class it gives the clean sentence (`metrics.probe_log_prob`).
 Per site of `patching.sites`: exact patching of the clean run's activation into the corrupt
 run at every target (`causal.patching.sweep`: every (layer, head) for "context", every (layer,
 position) for the residual and block-output sites) and AtP of the same targets from one
-forward and one backward pass; their agreement (Spearman over the targets' means, top-10
-recall) in the summary. Writes `patching/stats.json` (per-head records: a head site's mean
+forward and one backward pass, and AtP*'s GradDrop magnitude (one pass per layer); their
+agreement with exact patching (Spearman over the targets' means over pairs, top-10 recall;
+GradDrop against |exact|) in the summary. Writes `patching/stats.json` (per-head records: a head site's mean
 change of the metric over pairs, exact and AtP, `[layers, heads]`; a position site's per
 layer and position class, `[layers, 1, 3]` with columns cls, changed and other: the mean over
 pairs of the change at [CLS], at the substituted positions and at every other real token),
@@ -157,12 +158,14 @@ def _run(setup: Setup) -> dict:
                                              chunk=pc.chunk) - base["corrupt"]
     per_site = patching.attribution(model, corrupt, {site: acts}, metric)[site]
     arrays[f"atp/{site}"] = patching.at_targets(per_site, targets)
+    arrays[f"grad_drop/{site}"] = patching.grad_drop(model, corrupt, {site: acts},
+                                                     {site: targets}, metric)[site]
     if parallel.is_main_process():
       resume.save(partial, key, i + 1, arrays)
   classes = _position_classes(clean, corrupt)
   maps, summary_sites = {}, {}
   for site in sites:
-    for kind in ("exact", "atp"):
+    for kind in ("exact", "atp", "grad_drop"):
       eff = arrays[f"{kind}/{site}"]  # [T, P]
       if site in HEAD_SITES:
         maps[f"{kind}_{site}"] = eff.mean(1).reshape(mc.num_layers, mc.num_heads)
@@ -172,7 +175,9 @@ def _run(setup: Setup) -> dict:
         sums = np.einsum("pkl,plc->kc", per, w)  # [layers, 3]
         counts = np.maximum(w.sum((0, 1)), 1)
         maps[f"{kind}_{site}"] = (sums / counts)[:, None, :]
-    summary_sites[site] = _agreement(arrays[f"exact/{site}"], arrays[f"atp/{site}"])
+    exact = arrays[f"exact/{site}"]
+    summary_sites[site] = dict(atp=_agreement(exact, arrays[f"atp/{site}"]),
+                               grad_drop=_agreement(np.abs(exact), arrays[f"grad_drop/{site}"]))
   gap = base["clean"] - base["corrupt"]
   summary = dict(model=c.model.name, task=setup.task.name, split=c.effective.split,
                  pairs=len(target), pair_source=source, length=length,
@@ -181,10 +186,11 @@ def _run(setup: Setup) -> dict:
                  gap=float(gap.mean()), agreement=summary_sites,
                  train_examples=len(setup.train_data), probe_history=history)
   if parallel.is_main_process():
-    infos = {name: head_maps.HeadInfo(
-        f"{'AtP estimate of the' if name.startswith('atp') else 'exact'} change of log p(clean "
-        f"class) when {name.split('_', 1)[1]} is patched from the clean run, mean over pairs",
-        head_maps.MORE, "nats") for name in maps}
+    what = {"exact": "exact change", "atp": "AtP estimate of the change",
+            "grad_drop": "GradDrop magnitude (AtP*) of the change"}
+    infos = {f"{kind}_{site}": head_maps.HeadInfo(
+        f"{what[kind]} of log p(clean class) when {site} is patched from the clean run, mean "
+        "over pairs", head_maps.MORE, "nats") for kind in what for site in sites}
     head_maps.write(setup.layout, "patching", head_maps.maps_of(
         "patching", infos, maps, examples=len(target), split=c.effective.split,
         columns=CLASSES), summary)

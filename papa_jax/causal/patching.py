@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from papa_jax.attention import SITE_AXES, SITES, AttentionOverride
-from papa_jax.interventions import Add, Patch
+from papa_jax.interventions import Add, Patch, StopGradient
 from papa_jax.models.capture import Capture, EncoderOutput
 from papa_jax.models.encoder import run_from
 
@@ -34,6 +34,7 @@ Metric = Callable[[EncoderOutput, dict], Array]
 """`metric(output, batch) -> [B]`: one number per example of a run (a logit difference, a
 loss); a pure jax function of the encoder's output and the batch's arrays."""
 ABLATIONS = ("zero", "mean", "resample")
+ATTRIBUTIONS = ("atp", "grad_drop")  # attribution_patch's methods.
 
 
 @dataclasses.dataclass(frozen=True)
@@ -208,15 +209,22 @@ def run_metric(model, batch: dict, metric: Metric) -> np.ndarray:
   return np.asarray(_metric(model.module, model.params, _arrays(batch), metric=metric))
 
 
-@functools.partial(jax.jit, static_argnames=("module", "metric", "sites"))
+GRAD_DROP_SITES = ("attention_output", "mlp_output")  # A layer's block outputs.
+
+
+@functools.partial(jax.jit, static_argnames=("module", "metric", "sites", "drop"))
 def _attribution(module, params, batch: dict, source: dict, *, metric: Metric,
-                 sites: tuple[str, ...]) -> dict[str, Array]:
+                 sites: tuple[str, ...], drop: int = -1) -> dict[str, Array]:
   """AtP at every site of `source` from one forward and one backward pass: per site,
-  `(source - activation) * gradient` summed over features, `[layers, B, L, H]`."""
+  `(source - activation) * gradient` summed over features, `[layers, B, L, H]`; with `drop`
+  >= 0, no gradient through that layer's block outputs (GradDrop)."""
+  stops = [StopGradient(drop, site=s) for s in GRAD_DROP_SITES] if drop >= 0 else []
+
   def total(deltas):  # The sites' activations are captured in the differentiated pass.
     adds = [Add(deltas[site], site=site) for site in sites]
     out = module.apply({"params": params}, batch["input_ids"], batch["attention_mask"],
-                       batch.get("token_type_ids"), override=AttentionOverride.intervene(*adds),
+                       batch.get("token_type_ids"),
+                       override=AttentionOverride.intervene(*adds, *stops),
                        capture=Capture(**{site: True for site in sites}))
     return metric(out, batch).sum(), _captured(out, sites)
 
@@ -251,17 +259,34 @@ def gradients(model, batch: dict, site: str, metric: Metric) -> Array:
                     metric=metric, site=site)
 
 
-def attribution(model, batch: dict, source: dict[str, Array], metric: Metric
-                ) -> dict[str, np.ndarray]:
+def attribution(model, batch: dict, source: dict[str, Array], metric: Metric, *,
+                drop: int = -1) -> dict[str, np.ndarray]:
   """AtP: the first-order estimate of every (layer, example, position, head) patch's effect,
   `(source - activation) . gradient`, `[layers, B, L, H]` per site of `source` (`{site:
   [layers, B, ...]}`; H = 1 at sites without heads), every site from the same forward and
   backward pass; a target's estimate is the sum over its positions and heads
-  (`at_targets`)."""
+  (`at_targets`). `drop` >= 0: with no gradient through that layer's attention and MLP
+  outputs (the residual still carries it; `grad_drop`)."""
   sites = tuple(_field(site) for site in source)
   out = _attribution(model.module, model.params, _arrays(batch), dict(source), metric=metric,
-                     sites=sites)
+                     sites=sites, drop=drop)
   return {site: np.asarray(v) for site, v in out.items()}
+
+
+def grad_drop(model, batch: dict, source: dict[str, Array], targets: dict[str, Targets],
+              metric: Metric) -> dict[str, np.ndarray]:
+  """AtP*'s GradDrop (Kramar et al. 2024), `[T, B]` per site: once per layer l, each target's
+  AtP estimate with no gradient through layer l's attention and MLP outputs, then
+  `sum_l |estimate_l| / (layers - 1)`: a magnitude (no sign) that paths cancelling each
+  other in the gradient cannot hide. One forward and backward pass per layer. (AtP*'s other
+  part, the QK fix, is for query and key sites, which are not patch sites here.)"""
+  layers = model.config.num_layers
+  total = {site: 0.0 for site in targets}
+  for drop in range(layers):
+    per_site = attribution(model, batch, source, metric, drop=drop)
+    for site, t in targets.items():
+      total[site] = total[site] + np.abs(at_targets(per_site[site], t).astype(np.float64))
+  return {site: v / max(layers - 1, 1) for site, v in total.items()}
 
 
 def at_targets(per_site: np.ndarray, targets: Targets) -> np.ndarray:
@@ -294,13 +319,19 @@ def patch(model, target: dict, source: dict, site: str, targets: Targets, metric
 
 
 def attribution_patch(model, target: dict, source: dict, targets: dict[str, Targets],
-                      metric: Metric) -> dict[str, np.ndarray]:
+                      metric: Metric, *, method: str = "atp") -> dict[str, np.ndarray]:
   """AtP's estimate of `patch(...)["patched"] - patch(...)["target"]`, `[T, B]` per site of
   `targets` (`{site: Targets}`), every site from one forward and one backward pass over
-  `target` (and one forward over `source`)."""
+  `target` (and one forward over `source`); `method="grad_drop"`: AtP*'s GradDrop magnitude
+  instead (`grad_drop`: one pass per layer)."""
+  if method not in ATTRIBUTIONS:
+    # caller's argument
+    raise ValueError(f"method {method!r}; choose one of {ATTRIBUTIONS}.")
   sites = tuple(_field(site) for site in targets)
   for site in sites:
     check_pairs(target["attention_mask"], source["attention_mask"], site)
   acts = _activations(model.module, model.params, _arrays(source), sites=sites)
+  if method == "grad_drop":
+    return grad_drop(model, target, acts, targets, metric)
   per_site = attribution(model, target, acts, metric)
   return {site: at_targets(per_site[site], t) for site, t in targets.items()}

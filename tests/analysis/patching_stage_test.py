@@ -47,11 +47,12 @@ def test_patching_stage_on_substitution_pairs(tmp_path, minilm_tokenizer):
   others = np.ones(first.shape, bool)
   others[pos, np.arange(len(pos))] = False
   np.testing.assert_allclose(first[others], 0.0, atol=2e-5)
-  shapes = {name: np.shape(st[name]) for name in ("exact_context", "atp_context",
-                                                  "exact_residual_in", "atp_residual_in")}
-  assert shapes == {"exact_context": (6, 12), "atp_context": (6, 12),
-                    "exact_residual_in": (6, 1, 3), "atp_residual_in": (6, 1, 3)}
+  for kind in ("exact", "atp", "grad_drop"):
+    assert np.shape(st[f"{kind}_context"]) == (6, 12)
+    assert np.shape(st[f"{kind}_residual_in"]) == (6, 1, 3)
   assert set(s["agreement"]) == {"context", "residual_in"}
+  assert set(s["agreement"]["context"]) == {"atp", "grad_drop"}
+  assert (np.asarray(st["grad_drop_context"]) >= 0).all()
   assert os.path.exists(os.path.join(wd, "patching", "effects.png"))
 
 

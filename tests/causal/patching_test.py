@@ -353,3 +353,55 @@ def test_at_targets_sums_each_targets_positions_and_heads():
     x = per_site[l][:, slice(None) if p < 0 else slice(p, p + 1)]
     want = x[..., slice(None) if h < 0 else slice(h, h + 1)].sum((1, 2))
     np.testing.assert_allclose(got[i], want, err_msg=str(i))
+
+
+@pytest.mark.unit
+def test_grad_drop_is_the_first_order_effect_with_one_layers_blocks_frozen(random_hf):
+  """AtP with layer l's gradient dropped equals, to first order, the effect of a small step
+  towards the clean run when layer l's attention and MLP outputs are held at their unpatched
+  values (Patch of their own activations: no stop_gradient involved), for every l, in float64;
+  GradDrop is the mean over layers of their magnitudes (sum / (layers - 1))."""
+  _, model = random_hf("bert")
+  clean, corrupt, mask = _pair(model.config)
+  n = model.config.num_layers
+  with jax.enable_x64(True):
+    m64 = pj.Pretrained(model.config, jax.tree.map(lambda x: jnp.asarray(x, jnp.float64),
+                                                   model.params), model.model_dir)
+    batch = _batch(corrupt, mask)
+    acts = patching.activations(m64, batch, "residual_in")
+    source = acts + 1e-4 * (patching.activations(m64, _batch(clean, mask), "residual_in")
+                            - acts)
+    frozen = {s: patching.activations(m64, batch, s) for s in patching.GRAD_DROP_SITES}
+    base = np.asarray(_cls_metric(m64.apply(corrupt, mask), None))
+    per_drop = []
+    for drop in range(n):
+      est = patching.attribution(m64, batch, {"residual_in": source}, _cls_metric,
+                                 drop=drop)["residual_in"]
+      per_drop.append(est)
+      for layer, pos in ((0, 3), (1, 5), (2, 1)):
+        hold = [pj.Patch(frozen[s][drop], [drop] * 3, [-1] * 3, [-1] * 3, site=s)
+                for s in patching.GRAD_DROP_SITES]
+        step = pj.Patch(source[layer], [layer] * 3, [pos] * 3, [-1] * 3, site="residual_in")
+        out = m64.apply(corrupt, mask, override=pj.AttentionOverride.intervene(step, *hold))
+        exact = np.asarray(_cls_metric(out, None)) - base
+        np.testing.assert_allclose(est[layer, :, pos, 0], exact, rtol=2e-3,
+                                   atol=1e-3 * np.abs(exact).max() + 1e-12,
+                                   err_msg=f"drop {drop}, layer {layer}, position {pos}")
+    plain = patching.attribution(m64, batch, {"residual_in": source}, _cls_metric)
+    targets = patching.Targets.grid(n, positions=(0, 4, -1))
+    dropped = patching.grad_drop(m64, batch, {"residual_in": source},
+                                 {"residual_in": targets}, _cls_metric)["residual_in"]
+  # Dropping the last layer's blocks changes every earlier node's estimate.
+  assert np.abs(per_drop[-1] - plain["residual_in"])[:n - 1].max() > 1e-9
+  want = sum(np.abs(patching.at_targets(p, targets)) for p in per_drop) / (n - 1)
+  np.testing.assert_allclose(dropped, want, rtol=1e-6)  # |.| of each target's whole sum.
+
+
+@pytest.mark.unit
+def test_attribution_patch_names_an_unknown_method(random_hf):
+  model = random_hf("bert")[1]
+  clean, corrupt, mask = _pair(model.config)
+  with pytest.raises(ValueError, match=r"method 'atp\*'; choose one of \('atp', 'grad_drop'\)"):
+    pj.attribution_patch(model, _batch(corrupt, mask), _batch(clean, mask),
+                         {"context": patching.Targets.grid(3, heads=(0,))}, _cls_metric,
+                         method="atp*")
