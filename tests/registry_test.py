@@ -116,18 +116,22 @@ def test_registry_stage_binds_the_workdir_to_its_groups(name, tmp_path):
       bind(tiny_config(tmp_path))  # ...and back.
 
 
+# Every stage at the smallest size (the finished workdirs below, and reruns in them).
+SMALL = {"data.max_train_examples": 32, "data.max_eval_examples": 16, "probe.epochs": 1,
+         "effective.max_examples": 8, "papa.fractions": (0.0, 0.5, 1.0), "run.batch_size": 8,
+         "ablation.kinds": ("uniform",),
+         "finetune.other_model": "pkg:sre_embedding_model/model_weights",
+         "papa.orderings": ("lambda", "random"), "papa.random_draws": 1,
+         "patching.max_pairs": 3}
+
+
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory, minilm):
   """Every stage once, at the smallest size: the PAPA pipeline, then the analyses."""
   del minilm
   pytest.importorskip("sre_embedding_model")
   tmp = tmp_path_factory.mktemp("stages")
-  small = {"data.max_train_examples": 32, "data.max_eval_examples": 16, "probe.epochs": 1,
-           "effective.max_examples": 8, "papa.fractions": (0.0, 0.5, 1.0), "run.batch_size": 8,
-           "ablation.kinds": ("uniform",),
-           "finetune.other_model": "pkg:sre_embedding_model/model_weights",
-           "papa.orderings": ("lambda", "random"), "papa.random_draws": 1,
-           "patching.max_pairs": 3}
+  small = SMALL
   wds = {}
   for name in ("all", "effective", "finetune", "ablation", "knockout", "patching", "mixing"):
     wds[name] = str(tmp / "papa")
@@ -228,12 +232,7 @@ def test_registry_the_docs_recipe_reaches_the_explorer_agreement_and_report(fini
   monkeypatch.setattr(registry, "BY_NAME", dict(registry.BY_NAME, entropy=ns["STAGE"]))
   wd = str(tmp_path / "papa")
   shutil.copytree(finished["probe"], wd)
-  small = {"data.max_train_examples": 32, "data.max_eval_examples": 16, "probe.epochs": 1,
-           "effective.max_examples": 8, "papa.fractions": (0.0, 0.5, 1.0), "run.batch_size": 8,
-           "ablation.kinds": ("uniform",),
-           "finetune.other_model": "pkg:sre_embedding_model/model_weights",
-           "papa.orderings": ("lambda", "random"), "papa.random_draws": 1}
-  run.run(tiny_config(tmp_path, stage="entropy", **small), wd)
+  run.run(tiny_config(tmp_path, stage="entropy", **SMALL), wd)
   view = collect.heads_view(reader.read_workdir(wd))
   entropy = next(m for m in view["maps"] if m["key"] == "entropy/entropy")
   assert entropy["label"] == "attention entropy per row" and entropy["unit"] == "nats"
