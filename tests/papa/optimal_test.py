@@ -336,3 +336,24 @@ def test_the_task_free_fit_lowers_the_held_out_hidden_state_error(tmp_path):
   assert moved["epoch"] > 0 and moved["held_out_loss"][moved["epoch"]] < moved[
       "held_out_loss"][0], moved
   assert moved["held_out_loss"][0] == pytest.approx(still["held_out_loss"][0], rel=1e-6)
+
+
+@pytest.mark.integration
+def test_the_task_free_fit_on_8_devices_equals_1(tmp_path):
+  """The hidden-state fit data-parallel over 8 CPU devices equals one device: its errors per
+  epoch to 1e-5 and its rows to a small fraction of an Adam step."""
+  require_model("splade_tiny")
+  got = {}
+  for n in (1, 8):
+    c = tiny_config(tmp_path, **{"model.name": "splade_tiny", "papa.variants": ("raw", "optimal"),
+                                 "papa.fractions": (0.0, 1.0), "optimal.objective": "hidden",
+                                 "optimal.epochs": 1, "optimal.learning_rate": 0.05,
+                                 "run.num_devices": n, "stage": "optimal"})
+    wd = str(tmp_path / f"dp{n}")
+    run.run(c, wd)
+    got[n] = means_lib.load_means(os.path.join(wd, "means", "means_optimal.npz"))
+  f1, f8 = (got[n].metadata["fit"] for n in (1, 8))
+  np.testing.assert_allclose(f1["train_loss"], f8["train_loss"], rtol=1e-5)
+  np.testing.assert_allclose(f1["held_out_loss"], f8["held_out_loss"], rtol=1e-5)
+  assert f1["train_loss"][1] < f1["train_loss"][0]
+  np.testing.assert_allclose(got[1].avgs, got[8].avgs, atol=1e-3)
