@@ -6,7 +6,7 @@ r"""PAPA and effective-attention experiments: one command on CPU, GPU or TPU pod
 STAGE (default all) is a stage, run after the stages it needs (each skips
 the work it finished before): means, optimal (when papa.variants has it), sort,
 orderings, probe (all: these five), effective, finetune, linguistic, ablation,
-knockout, mixing (papa_jax/registry.py); or a
+knockout, patching, mixing (papa_jax/registry.py); or a
 command: suite (a grid of runs and its report), report, explore. Every field,
 its default and what it changes: docs/config.md.
 Exits with status 75 when preempted (SIGTERM) after saving a checkpoint:

@@ -13,8 +13,9 @@ run at every target (`causal.patching.sweep`: every (layer, head) for "context",
 position) for the residual and block-output sites) and AtP of the same targets from one
 forward and one backward pass, and AtP*'s GradDrop magnitude (one pass per layer); their
 agreement with exact patching (Spearman over the targets' means over pairs, top-10 recall;
-GradDrop against |exact|) in the summary. Writes `patching/stats.json` (per-head records: a head site's mean
-change of the metric over pairs, exact and AtP, `[layers, heads]`; a position site's per
+GradDrop against |exact|) in the summary. Writes `patching/stats.json` (per-head records:
+a head site's mean change of the metric over pairs, exact, AtP and GradDrop, `[layers,
+heads]`; a position site's per
 layer and position class, `[layers, 1, 3]` with columns cls, changed and other: the mean over
 pairs of the change at [CLS], at the substituted positions and at every other real token),
 `patching/effects.npz` (every pair's changes, its tokens) and `effects.png`; resumes per site.
