@@ -111,6 +111,8 @@ def report_figures(workdir: str, out: str) -> list[str]:
   rev = str(rep.get("git_revision", "unknown"))
   rev = rev[:7] + ("-dirty" if rev.endswith("-dirty") else "")
   cells = sorted({f"{e['model']}/{e['task']}" for e in rep["experiments"]})
+  if len(cells) == 1:  # One experiment's report (a controls run) is not the suite's curves.
+    found.pop("curves.png", None)
   text = (f"papa-jax {rev} · report over {len(cells)} experiment(s): {', '.join(cells[:6])}"
           + (" ..." if len(cells) > 6 else "") + f" · B = {rep['settings']['n_boot']}")
   return [stamp(os.path.join(folder, n), os.path.join(out, d), text) for n, d in found.items()]

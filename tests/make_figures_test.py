@@ -3,6 +3,7 @@
 import importlib.util
 import json
 import os
+import shutil
 
 import pytest
 
@@ -70,3 +71,13 @@ def test_report_figures_are_stamped_with_the_reports_commit_and_cells(tmp_path, 
   with Image.open(written[0]) as im:
     assert im.info["Source"] == ("papa-jax 0123456 · report over 2 experiment(s): minilm/sst2, "
                                  "mpnet/cola · B = 10000")
+  # A controls run's report (one experiment) also draws curves.png: not the suite's figure.
+  one = tmp_path / "controls" / "report"
+  one.mkdir(parents=True)
+  (one / "report.json").write_text(json.dumps(dict(
+      git_revision="0123456789abcdef", settings=dict(n_boot=10000),
+      experiments=[dict(model="minilm", task="sst2")])))
+  shutil.copy(folder / "curves.png", one / "curves.png")
+  with pytest.raises(SystemExit):  # "holds none of the report figures the docs show"
+    make_figures.main(["--report", str(tmp_path / "controls"), "--out", str(tmp_path / "o")])
+  assert not os.path.exists(tmp_path / "o" / "suite_curves.png")
