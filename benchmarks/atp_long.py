@@ -66,20 +66,10 @@ def ours(path: str, clean, corrupt):
 def tl(path: str, clean, corrupt):
   import torch
   import transformers as tr
-  from transformer_lens import HookedEncoder, HookedTransformerConfig
-  from transformer_lens.pretrained.weight_conversions import convert_bert_weights
   torch.set_num_threads(os.cpu_count() or 1)
-  mlm = tr.BertForPreTraining.from_pretrained(path).eval()  # TL maps the pooler too.
-  c = mlm.config
-  cfg = HookedTransformerConfig(
-      n_layers=c.num_hidden_layers, d_model=c.hidden_size, n_ctx=c.max_position_embeddings,
-      d_head=c.hidden_size // c.num_attention_heads, n_heads=c.num_attention_heads,
-      d_mlp=c.intermediate_size, d_vocab=c.vocab_size, act_fn="gelu", eps=c.layer_norm_eps,
-      attention_dir="bidirectional", normalization_type="LN",
-      original_architecture="BertForMaskedLM", device="cpu")
-  model = HookedEncoder(cfg)
-  model.load_state_dict(convert_bert_weights(mlm, cfg), strict=False)
-  model.eval()
+  # TL maps the pooler too: hence BertForPreTraining.
+  model, mlm = patching_bench.tl_model(tr.BertForPreTraining.from_pretrained(path).eval())
+  cfg = model.cfg
   clean_t, corrupt_t = torch.tensor(clean[:1]), torch.tensor(corrupt[:1])
   with torch.no_grad():
     gap = (model.encoder_output(clean_t) - mlm.bert(clean_t).last_hidden_state).abs().max()

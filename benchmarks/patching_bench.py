@@ -129,10 +129,12 @@ def ours(method: str, clean, corrupt, tokens):
   return run
 
 
-def tl_model():
+def tl_model(mlm=None):
+  """TransformerLens 3.9's `HookedEncoder` with the weights of `mlm` (a `BertForPreTraining`;
+  default `mlm_head()`), and `mlm`."""
   from transformer_lens import HookedEncoder, HookedTransformerConfig
   from transformer_lens.pretrained.weight_conversions import convert_bert_weights
-  mlm = mlm_head()
+  mlm = mlm_head() if mlm is None else mlm
   c = mlm.config
   cfg = HookedTransformerConfig(
       n_layers=c.num_hidden_layers, d_model=c.hidden_size, n_ctx=c.max_position_embeddings,

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from papa_jax.attention import AttentionOverride
-from papa_jax.causal.patching import Metric, _arrays, _hidden, run_metric
+from papa_jax.causal.patching import Metric, _arrays, _hidden, layer_groups, run_metric
 from papa_jax.interventions import KNOCKOUT_RULES, Knockout
 from papa_jax.models.encoder import run_from
 
@@ -82,11 +82,7 @@ def sweep(model, batch: dict, blocked: np.ndarray, windows, metric: Metric, *,
     return np.empty((0, classes, n), np.float32)
   out = None
   hidden = _hidden(model.module, model.params, arrays, layer=int(firsts.max()))
-  groups = [np.flatnonzero(firsts == f) for f in np.unique(firsts)]
-  largest = max(len(g) for g in groups)
-  chunk = -(-largest // -(-largest // chunk))
-  tiled = {k: jnp.tile(jnp.asarray(v), (chunk,) + (1,) * (np.ndim(v) - 1))
-           for k, v in arrays.items()}
+  groups, chunk, tiled = layer_groups(firsts, arrays, chunk)
   for idx in groups:
     first = int(firsts[idx[0]])
     for start in range(0, len(idx), chunk):

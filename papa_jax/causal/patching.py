@@ -152,6 +152,19 @@ def _patched(module, params, batch: dict, hidden: Array, source: Array, position
   return metric(out, batch)
 
 
+def layer_groups(start_layers: np.ndarray, arrays: dict, chunk: int
+                 ) -> tuple[list[np.ndarray], int, dict]:
+  """A sweep's targets grouped by the layer they start at (those >= 0), one chunk size for
+  every group (one program each) as even as the largest group allows, and the batch's arrays
+  tiled that many times (rows: target-major, the examples within)."""
+  groups = [np.flatnonzero(start_layers == l) for l in np.unique(start_layers[start_layers >= 0])]
+  largest = max((len(g) for g in groups), default=1)
+  chunk = -(-largest // -(-largest // chunk))
+  tiled = {k: jnp.tile(jnp.asarray(v), (chunk,) + (1,) * (np.ndim(v) - 1))
+           for k, v in arrays.items()}
+  return groups, chunk, tiled
+
+
 def sweep(model, batch: dict, source: Array, site: str, targets: Targets, metric: Metric, *,
           chunk: int = 16) -> np.ndarray:
   """Exact activation patching: `metric` on `batch` with `source[layer]` (`[layers, B, ...]`,
@@ -171,12 +184,7 @@ def sweep(model, batch: dict, source: Array, site: str, targets: Targets, metric
   layers = np.asarray(targets.layers)
   out = None
   hidden = _hidden(model.module, model.params, arrays, layer=max(int(layers.max()), 0))
-  groups = [np.flatnonzero(layers == layer) for layer in np.unique(layers[layers >= 0])]
-  # One chunk size for every layer (one program each), as even as the largest group allows.
-  largest = max((len(g) for g in groups), default=1)
-  chunk = -(-largest // -(-largest // chunk))
-  tiled = {k: jnp.tile(jnp.asarray(v), (chunk,) + (1,) * (np.ndim(v) - 1))
-           for k, v in arrays.items()}
+  groups, chunk, tiled = layer_groups(layers, arrays, chunk)
   for idx in groups:
     layer = int(layers[idx[0]])
     for start in range(0, len(idx), chunk):
