@@ -105,6 +105,21 @@ def sharded_sum(fn: Callable, mesh: Mesh, *, with_rows: bool = False) -> Callabl
   return jax.jit(jax.shard_map(local, mesh=mesh, in_specs=(P(), P(DATA)), out_specs=out_specs))
 
 
+def over_rows(fn: Callable, mesh: Mesh | None, shared: int) -> Callable:
+  """`fn(*args) -> rows [R, ...]` split over the mesh's devices by rows: the first `shared`
+  arguments whole on every device, the others (pytrees of `[R, ...]` arrays, R divisible by
+  the mesh size) cut along their first axis; each device computes its rows and keeps them
+  (no collective: the outputs are sharded over `data`, in row order). `fn` itself where
+  `mesh` is None or one device. For use inside `jit` on the devices of this process."""
+  if mesh is None or mesh.size == 1:
+    return fn
+
+  def call(*args):
+    specs = (P(),) * shared + (P(DATA),) * (len(args) - shared)
+    return jax.shard_map(fn, mesh=mesh, in_specs=specs, out_specs=P(DATA))(*args)
+  return call
+
+
 def is_main_process() -> bool:
   return jax.process_index() == 0
 

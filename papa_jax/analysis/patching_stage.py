@@ -19,7 +19,8 @@ heads]`; a position site's per
 layer and position class, `[layers, 1, 3]` with columns cls, changed and other: the mean over
 pairs of the change at [CLS], at the substituted positions and at every other real token),
 `patching/effects.npz` (every pair's changes, its tokens) and `effects.png`; resumes per site.
-Runs on one device (the sweep is not data-parallel yet).
+The exact sweep's rows split over the mesh's devices (one process; `patching.sweep`); AtP and
+GradDrop run on one device (one forward and backward pass per layer).
 """
 
 from __future__ import annotations
@@ -156,7 +157,7 @@ def _run(setup: Setup) -> dict:
                  len(target))
     acts = patching.activations(model, clean, site)
     arrays[f"exact/{site}"] = patching.sweep(model, corrupt, acts, site, targets, metric,
-                                             chunk=pc.chunk) - base["corrupt"]
+                                             chunk=pc.chunk, mesh=setup.mesh) - base["corrupt"]
     per_site = patching.attribution(model, corrupt, {site: acts}, metric)[site]
     arrays[f"atp/{site}"] = patching.at_targets(per_site, targets)
     arrays[f"grad_drop/{site}"] = patching.grad_drop(model, corrupt, {site: acts},

@@ -16,24 +16,27 @@ import jax.numpy as jnp
 import numpy as np
 
 from papa_jax.attention import AttentionOverride
-from papa_jax.causal.patching import Metric, _arrays, _hidden, layer_groups, run_metric
+from papa_jax import parallel
+from papa_jax.causal.patching import (Metric, _arrays, _hidden, earlier_rows, layer_groups,
+                                      local_mesh, run_metric)
 from papa_jax.interventions import KNOCKOUT_RULES, Knockout
 from papa_jax.models.encoder import run_from
 
 Array = jax.Array
 
 
-@functools.partial(jax.jit, static_argnames=("module", "metric", "rule", "first"))
-def _knocked(module, params, batch: dict, hidden: Array, blocked: Array, last: Array, *,
-             metric: Metric, rule: str, first: int) -> Array:
-  """`metric` of the rows of `batch` (examples tiled per target) with row r's `blocked[r]`
-  edges cut in layers `first..last[r]`, the encoder run from `first` on from `hidden`."""
-  n = hidden.shape[1]
-  example = jnp.arange(blocked.shape[0]) % n
-  ko = Knockout(blocked, jnp.full(last.shape, first, jnp.int32), last, rule=rule)
-  out = run_from(module, params, batch, hidden[:, example], AttentionOverride.intervene(ko),
-                 first)
-  return metric(out, batch)
+@functools.partial(jax.jit, static_argnames=("module", "metric", "rule", "first", "mesh"))
+def _knocked(module, params, hidden: Array, batch: dict, example: Array, blocked: Array,
+             last: Array, *, metric: Metric, rule: str, first: int, mesh=None) -> Array:
+  """`metric` of the rows of `batch` (examples tiled per target; row r is example
+  `example[r]`) with row r's `blocked[r]` edges cut in layers `first..last[r]`, the encoder
+  run from `first` on from `hidden`. Rows split over `mesh` (`parallel.over_rows`)."""
+  def rows(params, hidden, batch, example, blocked, last):
+    ko = Knockout(blocked, jnp.full(last.shape, first, jnp.int32), last, rule=rule)
+    out = run_from(module, params, batch, earlier_rows(hidden, example, first),
+                   AttentionOverride.intervene(ko), first)
+    return metric(out, batch)
+  return parallel.over_rows(rows, mesh, shared=2)(params, hidden, batch, example, blocked, last)
 
 
 def check_windows(windows, num_layers: int) -> np.ndarray:
@@ -49,7 +52,7 @@ def check_windows(windows, num_layers: int) -> np.ndarray:
 
 
 def sweep(model, batch: dict, blocked: np.ndarray, windows, metric: Metric, *,
-          rule: str = "renormalize", chunk: int = 8) -> np.ndarray:
+          rule: str = "renormalize", chunk: int = 8, mesh: Mesh | None = None) -> np.ndarray:
   """`metric` with each (window, class) knocked out, `[W, C, B]`.
 
   Args:
@@ -62,6 +65,8 @@ def sweep(model, batch: dict, blocked: np.ndarray, windows, metric: Metric, *,
     rule: `Knockout.rule` ("renormalize" or "zero").
     chunk: at most this many targets' rows per call (evened over the largest group; a group's
       last chunk is padded with targets that block nothing, and the padding dropped).
+    mesh: this process's devices, to split each call's rows over (data-parallel; `chunk`
+      rounded up so that they split evenly); None: one device.
   """
   if rule not in KNOCKOUT_RULES:
     # caller's argument
@@ -82,7 +87,9 @@ def sweep(model, batch: dict, blocked: np.ndarray, windows, metric: Metric, *,
     return np.empty((0, classes, n), np.float32)
   out = None
   hidden = _hidden(model.module, model.params, arrays, layer=int(firsts.max()))
-  groups, chunk, tiled = layer_groups(firsts, arrays, chunk)
+  mesh = local_mesh(mesh)
+  groups, chunk, tiled = layer_groups(firsts, arrays, chunk, 1 if mesh is None else mesh.size)
+  example = tiled.pop("example")
   for idx in groups:
     first = int(firsts[idx[0]])
     for start in range(0, len(idx), chunk):
@@ -92,8 +99,9 @@ def sweep(model, batch: dict, blocked: np.ndarray, windows, metric: Metric, *,
       which = np.zeros(chunk, np.int64)
       which[:len(part)] = cls[part]
       rows = blocked[which].reshape((chunk * n, length, length))
-      vals = _knocked(model.module, model.params, tiled, hidden, jnp.asarray(rows),
-                      jnp.asarray(np.repeat(last, n)), metric=metric, rule=rule, first=first)
+      vals = _knocked(model.module, model.params, hidden, tiled, example, jnp.asarray(rows),
+                      jnp.asarray(np.repeat(last, n)), metric=metric, rule=rule, first=first,
+                      mesh=mesh)
       vals = np.asarray(vals).reshape(chunk, n)
       if out is None:
         out = np.empty((len(firsts), n), vals.dtype)
@@ -102,8 +110,10 @@ def sweep(model, batch: dict, blocked: np.ndarray, windows, metric: Metric, *,
 
 
 def knockout(model, batch: dict, blocked: np.ndarray, windows, metric: Metric, *,
-             rule: str = "renormalize", chunk: int = 8) -> dict[str, np.ndarray]:
+             rule: str = "renormalize", chunk: int = 8, mesh: Mesh | None = None
+             ) -> dict[str, np.ndarray]:
   """Attention knockout of every (window, class): `knocked [W, C, B]` and the unmodified
-  run's metric `base [B]` (a target's effect is `knocked - base`)."""
-  return dict(knocked=sweep(model, batch, blocked, windows, metric, rule=rule, chunk=chunk),
+  run's metric `base [B]` (a target's effect is `knocked - base`); `mesh`: `sweep`'s."""
+  return dict(knocked=sweep(model, batch, blocked, windows, metric, rule=rule, chunk=chunk,
+                            mesh=mesh),
               base=run_metric(model, batch, metric))

@@ -18,12 +18,15 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from typing import Callable
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import Mesh
 
+from papa_jax import parallel
 from papa_jax.attention import SITE_AXES, SITES, AttentionOverride
 from papa_jax.interventions import Add, Patch, StopGradient
 from papa_jax.models.capture import Capture, EncoderOutput
@@ -137,36 +140,55 @@ def _hidden(module, params, batch: dict, *, layer: int) -> Array:
   return jnp.stack(_run(module, params, batch, None).hidden_states[:layer + 1])
 
 
-@functools.partial(jax.jit, static_argnames=("module", "metric", "site", "layer"))
-def _patched(module, params, batch: dict, hidden: Array, source: Array, positions, heads, *,
-             metric: Metric, site: str, layer: int) -> Array:
-  """`metric` of the rows of `batch` (examples tiled per target) with `source[layer, example]`
-  patched in at `layer`: the encoder runs from `layer` on, from the target run's input to it
-  (`hidden`: the earlier layers are the target run's, so nothing before is recomputed)."""
-  n = source.shape[1]
-  example = jnp.arange(positions.shape[0]) % n
-  layers = jnp.full(positions.shape, layer, jnp.int32)
-  patch = Patch(source[layer][example], layers, positions, heads, site=site)
-  out = run_from(module, params, batch, hidden[:, example], AttentionOverride.intervene(patch),
-                 layer)
-  return metric(out, batch)
+def earlier_rows(hidden: Array, example: Array, layer: int) -> list[Array]:
+  """The cached states entering layers 0..layer for each row (`hidden[i][example]`), one
+  gather per layer, so XLA drops those the metric never reads (`run_from`'s `earlier`)."""
+  return [hidden[i][example] for i in range(layer + 1)]
 
 
-def layer_groups(start_layers: np.ndarray, arrays: dict, chunk: int
+@functools.partial(jax.jit, static_argnames=("module", "metric", "site", "layer", "mesh"))
+def _patched(module, params, hidden: Array, source: Array, batch: dict, example, positions,
+             heads, *, metric: Metric, site: str, layer: int, mesh=None) -> Array:
+  """`metric` of the rows of `batch` (examples tiled per target; row r is example
+  `example[r]`) with `source[layer, example]` patched in at `layer`: the encoder runs from
+  `layer` on, from the target run's input to it (`hidden`: the earlier layers are the target
+  run's, so nothing before is recomputed). Rows split over `mesh` (`parallel.over_rows`)."""
+  def rows(params, hidden, source, batch, example, positions, heads):
+    layers = jnp.full(positions.shape, layer, jnp.int32)
+    patch = Patch(source[layer][example], layers, positions, heads, site=site)
+    out = run_from(module, params, batch, earlier_rows(hidden, example, layer),
+                   AttentionOverride.intervene(patch), layer)
+    return metric(out, batch)
+  return parallel.over_rows(rows, mesh, shared=3)(params, hidden, source, batch, example,
+                                                  positions, heads)
+
+
+def layer_groups(start_layers: np.ndarray, arrays: dict, chunk: int, devices: int = 1
                  ) -> tuple[list[np.ndarray], int, dict]:
   """A sweep's targets grouped by the layer they start at (those >= 0), one chunk size for
-  every group (one program each) as even as the largest group allows, and the batch's arrays
-  tiled that many times (rows: target-major, the examples within)."""
+  every group (one program each) as even as the largest group allows and, over `devices`,
+  rounded up so that the rows split evenly, and the batch's arrays tiled that many times
+  (rows: target-major, the examples within; `example`: each row's example)."""
   groups = [np.flatnonzero(start_layers == l) for l in np.unique(start_layers[start_layers >= 0])]
   largest = max((len(g) for g in groups), default=1)
   chunk = -(-largest // -(-largest // chunk))
+  n = len(np.asarray(arrays["input_ids"]))
+  step = devices // math.gcd(n, devices)  # chunk * n divisible by devices.
+  chunk = -(-chunk // step) * step
   tiled = {k: jnp.tile(jnp.asarray(v), (chunk,) + (1,) * (np.ndim(v) - 1))
            for k, v in arrays.items()}
+  tiled["example"] = jnp.asarray(np.tile(np.arange(n, dtype=np.int32), chunk))
   return groups, chunk, tiled
 
 
+def local_mesh(mesh) -> Mesh | None:
+  """`mesh` where a sweep can split its rows over it (one process), else None (each process
+  runs the whole sweep)."""
+  return mesh if mesh is not None and jax.process_count() == 1 else None
+
+
 def sweep(model, batch: dict, source: Array, site: str, targets: Targets, metric: Metric, *,
-          chunk: int = 16) -> np.ndarray:
+          chunk: int = 16, mesh: Mesh | None = None) -> np.ndarray:
   """Exact activation patching: `metric` on `batch` with `source[layer]` (`[layers, B, ...]`,
   `activations` of the source run or `ablation_source`) patched in at each target, `[T, B]`.
 
@@ -175,7 +197,8 @@ def sweep(model, batch: dict, source: Array, site: str, targets: Targets, metric
   positions and heads.
   The rows of one call are at most `chunk` targets times the batch's B examples (the size
   evened out over the largest layer's targets; a group's last chunk is padded with position
-  and head 0, and the padding dropped)."""
+  and head 0, and the padding dropped). With `mesh` (this process's devices), each call's rows
+  are split over its devices (data-parallel; `chunk` rounded up so that they split evenly)."""
   n = batch["input_ids"].shape[0]
   if source.shape[1] != n:
     # caller's argument
@@ -184,7 +207,9 @@ def sweep(model, batch: dict, source: Array, site: str, targets: Targets, metric
   layers = np.asarray(targets.layers)
   out = None
   hidden = _hidden(model.module, model.params, arrays, layer=max(int(layers.max()), 0))
-  groups, chunk, tiled = layer_groups(layers, arrays, chunk)
+  mesh = local_mesh(mesh)
+  groups, chunk, tiled = layer_groups(layers, arrays, chunk, 1 if mesh is None else mesh.size)
+  example = tiled.pop("example")
   for idx in groups:
     layer = int(layers[idx[0]])
     for start in range(0, len(idx), chunk):
@@ -194,8 +219,8 @@ def sweep(model, batch: dict, source: Array, site: str, targets: Targets, metric
         p = np.zeros(chunk, np.int32)
         p[:len(part)] = np.asarray(full)[part]
         rows.append(jnp.asarray(np.repeat(p, n)))
-      vals = _patched(model.module, model.params, tiled, hidden, source, *rows, metric=metric,
-                      site=site, layer=int(layer))
+      vals = _patched(model.module, model.params, hidden, source, tiled, example, *rows,
+                      metric=metric, site=site, layer=layer, mesh=mesh)
       vals = np.asarray(vals).reshape(chunk, n)
       if out is None:
         out = np.empty((len(targets), n), vals.dtype)
@@ -315,14 +340,16 @@ def at_targets(per_site: np.ndarray, targets: Targets) -> np.ndarray:
 
 
 def patch(model, target: dict, source: dict, site: str, targets: Targets, metric: Metric, *,
-          chunk: int = 16) -> dict[str, np.ndarray]:
+          chunk: int = 16, mesh: Mesh | None = None) -> dict[str, np.ndarray]:
   """Activation patching of `source`'s activations (e.g. clean) into `target` (e.g. corrupt)
   at each of `targets`: `patched [T, B]`, and the unpatched `target` and `source` metrics
   `[B]` (the effect of a patch is `patched - target`; normalised, divide by
-  `source - target`). Pairs must have equal lengths where positions are patched."""
+  `source - target`). Pairs must have equal lengths where positions are patched; `mesh`
+  splits the sweep's rows over devices (`sweep`)."""
   check_pairs(target["attention_mask"], source["attention_mask"], site)
   acts = activations(model, source, site)
-  return dict(patched=sweep(model, target, acts, site, targets, metric, chunk=chunk),
+  return dict(patched=sweep(model, target, acts, site, targets, metric, chunk=chunk,
+                               mesh=mesh),
               target=run_metric(model, target, metric), source=run_metric(model, source, metric))
 
 

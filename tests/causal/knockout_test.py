@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import papa_jax as pj
-from papa_jax import interventions
+from papa_jax import interventions, parallel
 from papa_jax.causal import knockout
 from tests import hf_oracle
 
@@ -169,6 +169,22 @@ def test_a_knockout_sweep_equals_a_loop_and_compiles_once_per_first_layer(random
   np.testing.assert_allclose(got["base"], np.asarray(_cls_metric(model.apply(
       batch["input_ids"], mask), None)), rtol=1e-5)  # Two programs: float32 rounding.
   assert np.abs(got["knocked"] - got["base"]).max() > 1e-3  # The knockouts moved the metric.
+
+
+@pytest.mark.unit
+def test_a_knockout_sweep_split_over_eight_devices_equals_one_device(random_hf):
+  """Each call's rows split over 8 CPU devices (3 examples x a chunk rounded up to 8):
+  equal to the one-device sweep (itself equal to a loop, above), rows in order."""
+  model = random_hf("bert")[1]
+  batch = _batch(model.config)
+  mask = batch["attention_mask"]
+  blocked = np.stack([np.asarray(interventions.shifted_edges(mask, s)) for s in (-1, 1)])
+  wins = [(0, 0), (1, 1), (0, 1)]
+  one = knockout.sweep(model, batch, blocked, wins, _cls_metric, chunk=3)
+  eight = knockout.sweep(model, batch, blocked, wins, _cls_metric, chunk=3,
+                         mesh=parallel.make_mesh(8))
+  np.testing.assert_allclose(eight, one, rtol=1e-5, atol=1e-5)
+  assert np.ptp(one) > 1e-3
 
 
 @pytest.mark.unit

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import papa_jax as pj
+from papa_jax import parallel
 from papa_jax.causal import patching
 from tests import hf_oracle
 
@@ -208,6 +209,46 @@ def test_a_sweep_equals_a_loop_over_its_targets_and_compiles_once(random_hf, sit
   both = patching.sweep(model, _batch(corrupt, mask), source, site, none, _cls_metric)
   np.testing.assert_allclose(both[0], base, atol=1e-6)  # Layer -1 patches nothing.
   np.testing.assert_allclose(both[1], got[0], atol=1e-5)
+
+
+def _two_layer_metric(out, batch):
+  """Reads an earlier layer's state too (the sweep's rows must carry every cached layer the
+  metric needs) and a per-example batch field (rows must stay in order)."""
+  h = out.hidden_states
+  w = jnp.asarray(W, h[-1].dtype)
+  return h[-1][:, 0] @ w + batch["scale"] * (h[1][:, 1] @ w)
+
+
+@pytest.mark.unit
+def test_a_sweep_split_over_eight_devices_equals_one_device(random_hf):
+  """The rows of every call split over 8 CPU devices (3 examples: the chunk rounds up to 8
+  targets so that 24 rows split evenly), gathered back in order: equal to the one-device
+  sweep, with a metric that reads layer 1's cached state and a per-example field; a call's
+  rows come back sharded over the 8 devices."""
+  model = random_hf("bert")[1]
+  clean, corrupt, mask = _pair(model.config)
+  batch = dict(_batch(corrupt, mask), scale=np.asarray([1.0, -2.0, 0.5], np.float32))
+  source = patching.activations(model, _batch(clean, mask), "residual_out")
+  targets = patching.Targets.grid(model.config.num_layers, positions=(0, 3, 7))
+  mesh = parallel.make_mesh(8)
+  one = patching.sweep(model, batch, source, "residual_out", targets, _two_layer_metric, chunk=5)
+  eight = patching.sweep(model, batch, source, "residual_out", targets, _two_layer_metric,
+                         chunk=5, mesh=mesh)
+  np.testing.assert_allclose(eight, one, rtol=1e-5, atol=1e-5)
+  for t in range(len(targets)):  # And both equal a patched forward of the whole encoder.
+    l, p = targets.layers[t], targets.positions[t]
+    out = model.apply(corrupt, mask, override=pj.AttentionOverride.intervene(
+        pj.Patch(source[l], [l] * 3, [p] * 3, [-1] * 3, site="residual_out")))
+    np.testing.assert_allclose(one[t], np.asarray(_two_layer_metric(out, batch)), atol=1e-5,
+                               err_msg=f"target {t}: layer {l} position {p}")
+  assert np.abs(one - patching.run_metric(model, batch, _two_layer_metric)).max() > 1e-3
+  groups, chunk, tiled = patching.layer_groups(targets.layers, batch, 5, devices=8)
+  assert chunk == 8 and len(tiled["example"]) == 24 and len(groups) == model.config.num_layers
+  example = tiled.pop("example")
+  rows = patching._patched(  # pylint: disable=protected-access
+      model.module, model.params, source, source, tiled, example, example, example,
+      metric=_two_layer_metric, site="residual_out", layer=1, mesh=mesh)
+  assert rows.shape == (24,) and len(rows.sharding.device_set) == 8
 
 
 @pytest.mark.unit
