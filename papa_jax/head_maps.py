@@ -11,6 +11,11 @@ its own there.
 
 `stats.json` keeps each array under a flat key (`name`, or `name/subset`) and lists the maps
 under `head_maps` (the array's key, label, subset, columns, unit, higher, examples, split).
+
+A `TokenMap` is the per-position sibling: for each of some examples, a `[rows, tokens]` array
+(rows: layers, usually) with the example's word pieces, e.g. a patching effect per layer and
+position of each pair. A stage passes them to `write` (`token_maps` in its stats.json); the
+reader returns them (`FinishedWorkdir.token_maps`) and the explorer lists them by themselves.
 """
 
 from __future__ import annotations
@@ -92,6 +97,51 @@ class HeadMap:
             for i, c in enumerate(self.columns)]
 
 
+@dataclasses.dataclass(frozen=True, eq=False)
+class TokenMap:
+  """A per-example, per-position result (see the module docstring): `examples[i]` holds its
+  `title`, `tokens` (n word pieces) and `values` (`[len(rows), n]`)."""
+
+  stage: str
+  name: str
+  label: str
+  rows: tuple[str, ...]
+  examples: tuple[dict, ...]
+  unit: str = ""
+  signed: bool = True  # Values of either sign around 0 (a diverging colour scale).
+  note: str = ""
+
+  def __post_init__(self):
+    for i, ex in enumerate(self.examples):
+      shape = np.shape(ex["values"])
+      if shape != (len(self.rows), len(ex["tokens"])):
+        # internal check
+        raise ValueError(f"TokenMap {self.key}: example {i} has values of shape {shape} for "
+                         f"{len(self.rows)} rows and {len(ex['tokens'])} tokens.")
+
+  @property
+  def key(self) -> str:
+    return f"{self.stage}/{self.name}"
+
+  def index(self) -> dict[str, Any]:
+    """Its JSON form (values to 6 significant digits)."""
+    return dict(name=self.name, label=self.label, rows=list(self.rows), unit=self.unit,
+                signed=self.signed, note=self.note,
+                examples=[dict(title=ex["title"], tokens=list(ex["tokens"]),
+                               values=[[float(f"{v:.6g}") for v in row] for row in
+                                       np.asarray(ex["values"], np.float64)])
+                          for ex in self.examples])
+
+
+def read_token_maps(stage: str, stats: Mapping[str, Any]) -> list[TokenMap]:
+  """The `TokenMap`s of a stage's stats.json (none where it wrote none)."""
+  return [TokenMap(stage, d["name"], d["label"], tuple(d["rows"]), tuple(
+      dict(title=ex["title"], tokens=list(ex["tokens"]), values=np.asarray(ex["values"],
+                                                                           np.float64))
+      for ex in d["examples"]), d.get("unit", ""), bool(d.get("signed", True)),
+      d.get("note", "")) for d in stats.get("token_maps", ())]
+
+
 def maps_of(stage: str, infos: Mapping[str, HeadInfo], arrays: Mapping[str, Any], *,
             examples: Mapping[str, int | None] | int | None = None, split: str = "",
             columns: Sequence[str] = ()) -> list[HeadMap]:
@@ -111,20 +161,24 @@ def maps_of(stage: str, infos: Mapping[str, HeadInfo], arrays: Mapping[str, Any]
   return out
 
 
-def write(layout: Layout, stage: str, maps: Sequence[HeadMap], summary: dict,
-          **extra: Any) -> dict[str, str]:
+def write(layout: Layout, stage: str, maps: Sequence[HeadMap], summary: dict, *,
+          token_maps: Sequence[TokenMap] = (), **extra: Any) -> dict[str, str]:
   """A stage's `stats.json` (summary, provenance, `head_maps`, each array under its flat key,
-  and `extra`) and `stats.csv` (a row per head, and per subset when the maps have subsets)."""
+  `token_maps` where given, and `extra`) and `stats.csv` (a row per head, and per subset when
+  the maps have subsets)."""
   paths = dict(json=layout.stats(stage), csv=layout.stats_csv(stage))
+  tokens = dict(token_maps=[m.index() for m in token_maps]) if token_maps else {}
   workdir.write_json(paths["json"], dict(
       summary=summary, **extra, **workdir.provenance(), head_maps=[m.index() for m in maps],
-      **{m.array_key: m.values.tolist() for m in maps}))
+      **{m.array_key: m.values.tolist() for m in maps}, **tokens))
   with workdir.atomic_write(paths["csv"], newline="") as f:
     f.write(_csv(maps))
   return paths
 
 
 def _csv(maps: Sequence[HeadMap]) -> str:
+  if not maps:  # A stage with per-position results only.
+    return ""
   subsets = list(dict.fromkeys(m.subset for m in maps))
   by_subset = [[m for m in maps if m.subset == s] for s in subsets]
   header = ["subset"] if subsets != [""] else []

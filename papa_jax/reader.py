@@ -62,6 +62,11 @@ class FinishedWorkdir:
     return out
 
   @property
+  def token_maps(self) -> list[head_maps.TokenMap]:
+    """Every per-position result here (`head_maps.TokenMap`), stage by stage."""
+    return [m for stage, st in self.stats.items() for m in head_maps.read_token_maps(stage, st)]
+
+  @property
   def path(self) -> str:
     return self.layout.root
 

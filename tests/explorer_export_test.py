@@ -67,12 +67,19 @@ def tiny_payload(wd: str) -> dict:
                subset=None, higher=None, unit="", examples=None, split=None,
                values=[[0.5, None, 0.2], [0.1, 0.3, 0.9]])]
   data["heads"] = dict(maps=maps, agreement=[])
+  data["tokens"] = [dict(key="patching/exact_residual_in", stage="patching",
+                         name="exact_residual_in", label="exact change", unit="nats",
+                         signed=True, note="", rows=["layer 0", "layer 1"],
+                         examples=[dict(title="pair 0 (good swapped): a good film",
+                                        tokens=["[CLS]", "a", "good→bad", "film", "[SEP]"],
+                                        values=rng.normal(size=(2, 5)).tolist())])]
   return data
 
 
 EXPECTED = ["constant_raw", "papa_curve", "ranking", "example4_layer0_head0_dynamic",
             "example4_layer0_head0_constant", "example4_layer0_head0_effective",
-            "heads_effective-js-all", "heads_mixing-norm-mass"]
+            "heads_effective-js-all", "heads_mixing-norm-mass",
+            "positions_patching-exact-residual-in_example0"]
 
 
 def _refuse_subprocess(monkeypatch):
@@ -92,7 +99,7 @@ def test_figures_are_written_beside_the_page(tmp_path, monkeypatch, caplog):
   assert sorted(paths) == sorted(os.path.join(folder, f"{n}.{f}") for n in EXPECTED
                                  for f in ("svg", "png"))
   assert sorted(os.listdir(folder)) == sorted(os.path.basename(p) for p in paths)
-  assert f"wrote 16 figures (svg, png) to {folder}" in caplog.text
+  assert f"wrote 18 figures (svg, png) to {folder}" in caplog.text
   plt = pyplot()
   for name in EXPECTED:
     root = ET.parse(os.path.join(folder, f"{name}.svg")).getroot()

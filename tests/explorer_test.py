@@ -23,7 +23,7 @@ import pytest
 
 import papa_jax as pj
 from configs import base
-from papa_jax import attention, convert, explorer, run
+from papa_jax import attention, convert, explorer, head_maps, run
 from papa_jax.config import schema as config_schema
 from papa_jax.measures import rank_agreement
 from papa_jax import data as data_lib
@@ -215,6 +215,21 @@ def artifacts_dir(tmp_path) -> str:
   return d
 
 
+TOKEN_PAIRS = (["[CLS]", "a", "good→bad", "film", "[SEP]"], ["[CLS]", "fun→dull", "!", "[SEP]"])
+
+
+def write_token_maps(wd: str) -> None:
+  """A per-position record as the patching stage writes it (random values, 6 layers), so the
+  page's per-position panel has something to list."""
+  rng = np.random.default_rng(3)
+  head_maps.write(Layout(wd), "patching", [], dict(pairs=2), token_maps=[head_maps.TokenMap(
+      "patching", "exact_residual_in", "exact change of log p(clean class)",
+      tuple(f"layer {l}" for l in range(6)),
+      tuple(dict(title=f"pair {i} (swapped): text", tokens=t,
+                 values=rng.normal(size=(6, len(t)))) for i, t in enumerate(TOKEN_PAIRS)),
+      "nats")])
+
+
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory, minilm):
   """A tiny real run (means, sort, probes, effective and mixing stats) and its explorer page."""
@@ -228,6 +243,7 @@ def tiny(tmp_path_factory, minilm):
   run.run(tiny_config(tmp, stage="effective", **{"effective.max_examples": 16}, **fast), wd)
   run.run(tiny_config(tmp, stage="mixing", **{"effective.max_examples": 16,
                                               "mixing.methods": ("norms",)}, **fast), wd)
+  write_token_maps(wd)
   t2 = time.perf_counter()
   path = write_explorer(wd, examples=(0, 1, 2), max_examples=5, model=minilm)
   print(f"tiny run {t1 - t0:.0f} s, effective and mixing {t2 - t1:.0f} s, explorer "
@@ -462,8 +478,46 @@ def test_head_grid_offers_every_per_head_result(tiny_page, tiny):
   assert not p.errors, p.errors
 
 
+@pytest.mark.slow
+def test_per_position_results_are_listed_by_themselves(tiny_page, tiny, tmp_path):
+  """A stage's per-position record (here the patching stage's shape) is listed with no page
+  code of its own: each example drawn as layers x its word pieces, centred at 0, the hover
+  value read from the stage's stats.json."""
+  p = tiny_page
+  st = json.load(open(os.path.join(tiny["wd"], "patching", "stats.json")))
+  want = st["token_maps"][0]
+  assert p.js("[...document.querySelectorAll('#tok-map option')].map(o => o.text)") == [
+      "patching: exact_residual_in"]
+  assert p.js("document.querySelectorAll('#tok-example option').length") == 2
+  sizes = []
+  for i, toks in enumerate(TOKEN_PAIRS):
+    p.page.locator("#tok-example").select_option(str(i))
+    assert p.page.locator("#tok-title").inner_text() == (
+        f"exact change of log p(clean class): pair {i} (swapped): text")
+    p.page.locator("#tok-canvas").scroll_into_view_if_needed()
+    box = p.page.locator("#tok-canvas").bounding_box()
+    sizes.append(box["width"])
+    (tx, ty, sx, sy), _ = matrix_cells(ET.fromstring(p.js(
+        "papaExplorer.exportPanel('token-map', 'svg')").encode()))[0]
+    vals = np.asarray(want["examples"][i]["values"])
+    p.page.mouse.move(box["x"] + tx + 1.5 * sx, box["y"] + ty + 3.5 * sy)  # Token 1, layer 3.
+    assert p.page.locator("#tip").inner_text() == (
+        f"layer 3, {toks[1]} (position 1): {vals[3, 1]:.4f} nats")
+    peak = np.abs(vals).max()
+    bar = p.page.locator("#tok-bar").inner_text().split()
+    assert float(bar[0]) == pytest.approx(-peak, abs=1e-3)
+    assert float(bar[-1]) == pytest.approx(peak, abs=1e-3)
+  assert sizes[0] != sizes[1]  # Five word pieces, then four.
+  p.page.locator("#tok-example").select_option("0")
+  assert "patching/exact_residual_in. Unit: nats. Rows: 6; 2 examples" in p.page.locator(
+      "#tok-summary").inner_text()
+  p.page.locator("#sec-tokens").screenshot(path=os.path.join(artifacts_dir(tmp_path),
+                                                             "explorer_positions.png"))
+  assert not p.errors, p.errors
+
+
 SVG_NS = "{http://www.w3.org/2000/svg}"
-PANELS = ["grid", "big", "rank-map", "curve", "lines", "stat-map-grid", "ex-dynamic",
+PANELS = ["grid", "big", "rank-map", "curve", "lines", "stat-map-grid", "token-map", "ex-dynamic",
           "ex-constant", "ex-effective", "ex-mixing"]
 
 
@@ -557,6 +611,16 @@ def test_every_panel_exports_as_svg_and_png(tiny_page, tiny, browser, tmp_path, 
       assert any("fraction of heads" in (t or "") for t in texts)
     elif panel == "lines":
       assert len(list(root.iter(f"{SVG_NS}line"))) > n and tokens[1] in texts
+    elif panel == "token-map":  # Layers x the pair's word pieces, coloured as the canvas.
+      toks = TOKEN_PAIRS[0]
+      assert len(cells) == 1 and len(cells[0][1]) == 6 * len(toks), panel
+      assert all(t in texts for t in toks) and "layer 5" in texts
+      (tx, ty, sx, sy), fills = cells[0]
+      x, y = tx + 2.5 * sx, ty + 4.5 * sy  # Token 2, layer 4.
+      pixel = p.js(f"document.getElementById('tok-canvas').getContext('2d')"
+                   f".getImageData({int(x * dpr)}, {int(y * dpr)}, 1, 1).data.slice(0, 3)")
+      pixel = [pixel[str(k)] if isinstance(pixel, dict) else pixel[k] for k in range(3)]
+      assert fills[(4, 2)] == "#%02x%02x%02x" % tuple(pixel)
   # Effective = input-dependent for this example: the same cells, the same colours.
   assert p.js("papaExplorer.data.examples[1].effective") is None
   same = [matrix_cells(ET.fromstring(p.js("id => papaExplorer.exportPanel(id, 'svg')", k)

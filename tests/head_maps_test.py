@@ -52,6 +52,31 @@ def test_head_maps_write_then_read_gives_the_same_records(tmp_path):
   np.testing.assert_array_equal(got[1].planes()[1].values, maps[1].values[..., 1])
 
 
+def test_token_maps_write_then_read_gives_the_same_records(tmp_path):
+  """A per-position record (per example: word pieces and [rows, tokens] values) goes through
+  stats.json to the reader, values to 6 significant digits; a stage may write it alone; a
+  shape that does not match its rows and tokens is refused."""
+  layout = Layout(str(tmp_path))
+  examples = tuple(dict(title=f"pair {i}", tokens=["[CLS]"] + ["x"] * i + ["[SEP]"],
+                        values=RNG.normal(size=(3, i + 2))) for i in range(3))
+  tm = head_maps.TokenMap("stage_b", "exact_residual_in", "exact change",
+                          ("layer 0", "layer 1", "layer 2"), examples, "nats")
+  head_maps.write(layout, "stage_b", [], {"pairs": 3}, token_maps=[tm])
+  head_maps.write(layout, "stage_a", _maps(), {"split": "validation"})
+  json.dump({}, open(tmp_path / "config.json", "w"))
+  wd = reader.read_workdir(str(tmp_path), with_means=False)
+  assert wd.head_maps and all(m.stage == "stage_a" for m in wd.head_maps)
+  (got,) = wd.token_maps
+  assert (got.key, got.label, got.rows, got.unit, got.signed) == (
+      "stage_b/exact_residual_in", "exact change", tm.rows, "nats", True)
+  for g, w in zip(got.examples, examples):
+    assert g["title"] == w["title"] and g["tokens"] == w["tokens"]
+    np.testing.assert_allclose(g["values"], w["values"], rtol=1e-5)
+  with pytest.raises(ValueError, match=r"example 0 has values of shape \(3, 2\) for 2 rows "
+                                       "and 2 tokens"):
+    head_maps.TokenMap("s", "n", "l", ("a", "b"), examples[:1])
+
+
 def test_head_maps_csv_has_a_row_per_subset_and_head(tmp_path):
   layout = Layout(str(tmp_path))
   m = head_maps.maps_of("s", {}, {"a/x": np.array([[1.0, 2.0]]), "b/x": np.array(

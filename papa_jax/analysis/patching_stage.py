@@ -18,6 +18,8 @@ a head site's mean change of the metric over pairs, exact, AtP and GradDrop, `[l
 heads]`; a position site's per
 layer and position class, `[layers, 1, 3]` with columns cls, changed and other: the mean over
 pairs of the change at [CLS], at the substituted positions and at every other real token),
+per-position records (a position site's change per pair, layer and token, with the pair's
+word pieces: `head_maps.TokenMap`, listed by the explorer),
 `patching/effects.npz` (every pair's changes, its tokens) and `effects.png`; resumes per site.
 The exact sweep's rows split over the mesh's devices (one process; `patching.sweep`); AtP and
 GradDrop run on one device (one forward and backward pass per layer).
@@ -124,6 +126,33 @@ def _agreement(exact: np.ndarray, atp: np.ndarray, k: int = 10) -> dict:
   return dict(spearman=float(rho), top_k=k, recall=len(top) / min(k, len(e)))
 
 
+def token_maps(arrays: dict, sites, clean: dict, corrupt: dict, tokenizer, layers: int,
+               length: int, labels: dict) -> list[head_maps.TokenMap]:
+  """Per position site and kind, each pair's change `[layers, its real tokens]` with the clean
+  sentence's word pieces (the substituted one as "clean→corrupt")."""
+  out = []
+  for site in sites:
+    if site in HEAD_SITES:
+      continue
+    for kind, label in labels.items():
+      eff = np.asarray(arrays[f"{kind}/{site}"])  # [layers * length, P]
+      examples = []
+      for i in range(eff.shape[1]):
+        n = int(clean["attention_mask"][i].sum())
+        a, b = (tokenizer.convert_ids_to_tokens(np.asarray(x["input_ids"][i, :n]).tolist())
+                for x in (clean, corrupt))
+        toks = [t if t == u else f"{t}→{u}" for t, u in zip(a, b)]
+        swaps = ", ".join(t for t, u in zip(a, b) if t != u and t)
+        text = tokenizer.decode(clean["input_ids"][i, :n], skip_special_tokens=True)
+        examples.append(dict(title=f"pair {i} ({swaps or 'no change'} swapped): {text}",
+                             tokens=toks, values=eff[:, i].reshape(layers, length)[:, :n]))
+      out.append(head_maps.TokenMap(
+          "patching", f"{kind}_{site}", f"{label} of log p(clean class) when {site} at one "
+          "layer and position is patched from the clean run", tuple(
+              f"layer {l}" for l in range(layers)), tuple(examples), "nats"))
+  return out
+
+
 def _run(setup: Setup) -> dict:
   c, mc = setup.config, setup.model.config
   pc = c.patching
@@ -195,7 +224,8 @@ def _run(setup: Setup) -> dict:
         "over pairs", head_maps.MORE, "nats") for kind in what for site in sites}
     head_maps.write(setup.layout, "patching", head_maps.maps_of(
         "patching", infos, maps, examples=len(target), split=c.effective.split,
-        columns=CLASSES), summary)
+        columns=CLASSES), summary, token_maps=token_maps(
+            arrays, sites, clean, corrupt, setup.tokenizer, mc.num_layers, length, what))
     with storage.open(setup.layout.path("patching", "effects.npz"), "wb") as f:
       np.savez(f, clean_ids=clean["input_ids"], corrupt_ids=corrupt["input_ids"],
                mask=clean["attention_mask"], target_class=target, **base,

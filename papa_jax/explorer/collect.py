@@ -99,6 +99,16 @@ def heads_view(wd: reader.FinishedWorkdir) -> dict:
   return dict(maps=out, agreement=pack.finite_or_none(head_maps.workdir_agreement(maps)))
 
 
+def token_maps_view(wd: reader.FinishedWorkdir) -> list[dict]:
+  """Every per-position result of the workdir (`FinishedWorkdir.token_maps`): per map its key,
+  label, unit, row names and, per example, title, word pieces and `[rows, tokens]` values."""
+  return [dict(key=m.key, stage=m.stage, name=m.name, label=m.label, unit=m.unit,
+               signed=m.signed, note=m.note, rows=list(m.rows),
+               examples=[dict(title=ex["title"], tokens=list(ex["tokens"]),
+                              values=pack.finite_or_none(np.asarray(ex["values"]).tolist()))
+                         for ex in m.examples]) for m in wd.token_maps]
+
+
 def mixing_maps(model, data, names: Sequence[str], batch_size: int = 8) -> dict[str, np.ndarray]:
   """The per-layer context-mixing maps `names` (`MIXING_LABELS`) of `data` by
   `api.context_mixing`: `{name: [B, layers, L, L] float32}`, pad rows and columns 0."""

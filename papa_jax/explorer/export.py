@@ -4,7 +4,8 @@
 shows (`page.payload`), what the page shows when it opens: the head grid of the first
 constant variant, the PAPA curve (if probed), the head ranking (if sorted), the first stored
 example's input-dependent, masked-constant and effective attention of layer 0, head 0, and
-each per-head map (`data["heads"]["maps"]`). Files go next to the page, in
+each per-head map (`data["heads"]["maps"]`) and each per-position map's first example
+(`data["tokens"]`). Files go next to the page, in
 `<page stem>_figures/<panel>.<format>`. Colours follow the page's maps (draw.js) and its
 default square-root scale; layer and head axes have integer ticks
 (`papa_jax.analysis.figures`). The page itself exports any panel of any selection as SVG
@@ -247,6 +248,26 @@ def _example_panels(data: dict) -> Iterator[tuple[str, Any]]:
     yield f"example{rec['index']}_layer{LAYER}_head{HEAD}_{kind}", fig
 
 
+def _token_map(data: dict, m: dict, ex: dict):
+  """One example of a per-position map: rows (layers) x its word pieces, linear colours over
+  the example's largest |value| (centred at 0 when signed), as the page draws it."""
+  plt = pyplot()
+  values = np.asarray([[np.nan if v is None else v for v in row] for row in ex["values"]], float)
+  rows, n = values.shape
+  peak = float(np.nanmax(np.abs(values))) if np.isfinite(values).any() else 1.0
+  seq, div = _colormaps()
+  fig, ax = plt.subplots(figsize=(min(16.0, 2.0 + 0.26 * n), 1.6 + 0.3 * rows), dpi=120)
+  im = ax.imshow(values, cmap=div if m["signed"] else seq, vmin=-peak if m["signed"] else 0.0,
+                 vmax=peak or 1.0, interpolation="nearest", aspect="auto")
+  ax.set_xticks(range(n), ex["tokens"], rotation=90, fontsize=max(4, 8 - n // 16))
+  ax.set_yticks(range(rows), m["rows"], fontsize=7)
+  bar = fig.colorbar(im, ax=ax, fraction=0.03)
+  bar.ax.tick_params(labelsize=7)
+  bar.set_label(f"linear colour scale{'; ' + m['unit'] if m.get('unit') else ''}", fontsize=7)
+  _suptitle(fig, _title(data, f"{m['label']}; {ex['title']}"))
+  return fig
+
+
 def panel_figures(data: dict) -> Iterator[tuple[str, Any]]:
   """(file name without extension, matplotlib figure) of every panel, one at a time."""
   variant = next(iter(data["means"]))
@@ -263,6 +284,9 @@ def panel_figures(data: dict) -> Iterator[tuple[str, Any]]:
     higher = f"; higher = {m['higher']}" if m.get("higher") else ""
     yield f"heads_{_slug(m['key'])}", _head_map(data, m["values"], f"{m['label']} per head "
                                                 f"({where}){higher}", m.get("unit") or "")
+  for m in data.get("tokens") or ():  # Each per-position map's first example.
+    if m["examples"]:
+      yield f"positions_{_slug(m['key'])}_example0", _token_map(data, m, m["examples"][0])
 
 
 def write_figures(data: dict[str, Any], page_path: str, formats: Sequence[str]) -> list[str]:

@@ -177,7 +177,7 @@ def payload(workdir: str, *, examples: Sequence[int] = ExplorerConfig.examples,
     means_out[variant] = rec
   return dict(meta=meta, means=means_out, ranking=ranking, orderings=collect.orderings_view(wd),
               results=collect.results_view(wd),
-              heads=collect.heads_view(wd),
+              heads=collect.heads_view(wd), tokens=collect.token_maps_view(wd),
               examples=records)
 
 

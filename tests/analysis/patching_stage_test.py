@@ -7,7 +7,7 @@ import os
 import numpy as np
 import pytest
 
-from papa_jax import attention, run
+from papa_jax import attention, reader, run
 from papa_jax.analysis import patching_stage
 from papa_jax.config import fields
 from papa_jax.errors import ConfigError
@@ -54,6 +54,18 @@ def test_patching_stage_on_substitution_pairs(tmp_path, minilm_tokenizer):
   assert set(s["agreement"]["context"]) == {"atp", "grad_drop"}
   assert (np.asarray(st["grad_drop_context"]) >= 0).all()
   assert os.path.exists(os.path.join(wd, "patching", "effects.png"))
+  # Per-position records: each pair's change per layer and real token, its word pieces.
+  tms = {m.name: m for m in reader.read_workdir(wd, with_means=False).token_maps}
+  assert set(tms) == {f"{k}_residual_in" for k in ("exact", "atp", "grad_drop")}
+  exact = tms["exact_residual_in"]
+  assert exact.rows == tuple(f"layer {l}" for l in range(6)) and len(exact.examples) == len(pos)
+  for i, ex in enumerate(exact.examples):
+    n = int(z["mask"][i].sum())
+    toks = minilm_tokenizer.convert_ids_to_tokens(z["clean_ids"][i, :n].tolist())
+    swapped = minilm_tokenizer.convert_ids_to_tokens([int(z["corrupt_ids"][i, pos[i]])])[0]
+    assert ex["tokens"][pos[i]] == f"{toks[pos[i]]}→{swapped}" and len(ex["tokens"]) == n
+    np.testing.assert_allclose(ex["values"], z["exact_residual_in"][:, i].reshape(
+        6, length)[:, :n], rtol=1e-5, atol=1e-7)
 
 
 @pytest.mark.integration

@@ -398,6 +398,58 @@
     subsetSel.addEventListener("change", draw); mapSel.addEventListener("change", draw); draw();
   }
 
+  // ---- per-position results: each example's [rows, tokens] map (patching per layer and token) ----
+  // One example's map: rows (layers) down, its word pieces across, one colour scale centred
+  // at 0 for signed maps; `peak`: the largest |value| of the example.
+  function tokenMapScene(m, ex, peak) {
+    const R = m.rows.length, n = ex.tokens.length, cell = Math.max(9, Math.min(30, Math.floor(760 / n)));
+    const left = 8 + 6.5 * Math.max(...m.rows.map((r) => r.length)), top = 12 + 7 * Math.min(18, Math.max(...ex.tokens.map((t) => t.length)));
+    const sc = Draw.scene(left + n * cell + 4, top + R * cell + 4);
+    const flat = ex.values.flat().map((v) => (v == null ? 0 : v));
+    sc.matrix(flat, R, n, left, top, n * cell, R * cell, { signed: m.signed, peak, gamma: 1 });
+    m.rows.forEach((r, i) => sc.text(r, left - 4, top + (i + 0.68) * cell, { size: 10, fill: "#222", anchor: "end" }));
+    ex.tokens.forEach((t, j) => sc.text(t.slice(0, 18), left + (j + 0.7) * cell, top - 4,
+      { size: Math.min(11, cell), fill: "#222", rotate: -90 }));
+    return { sc, cell, left, top };
+  }
+  function buildTokens() {
+    const T = D.tokens || [], sec = $("sec-tokens");
+    if (!T.length) {
+      sec.append(el("p", { class: "note", text: "No per-position results in this workdir: the patching stage writes them (a position site's change per pair, layer and word piece)." }));
+      return;
+    }
+    const mapSel = $("tok-map"), exSel = $("tok-example");
+    T.forEach((m, i) => mapSel.append(el("option", { value: i, text: `${m.stage}: ${m.name}` })));
+    const fill = () => {
+      const m = T[+mapSel.value], keep = Math.min(+exSel.value || 0, m.examples.length - 1);
+      exSel.replaceChildren(...m.examples.map((ex, i) => el("option", { value: i, text: ex.title.slice(0, 90) })));
+      exSel.value = keep;
+    };
+    const draw = () => {
+      const m = T[+mapSel.value], ex = m.examples[+exSel.value];
+      const peak = peakOf(ex.values.flat().map((v) => (v == null ? 0 : v))) || 1;
+      const { sc, cell, left, top } = tokenMapScene(m, ex, peak), canvas = $("tok-canvas");
+      Draw.show(canvas, sc);
+      Draw.hideTip();
+      canvas.onmousemove = (e) => {
+        const r = canvas.getBoundingClientRect();
+        const j = Math.floor((e.clientX - r.left - left) / cell), i = Math.floor((e.clientY - r.top - top) / cell);
+        if (i < 0 || j < 0 || i >= m.rows.length || j >= ex.tokens.length) { Draw.hideTip(); return; }
+        Draw.showTip(e, `${m.rows[i]}, ${ex.tokens[j]} (position ${j}): ${fmt(ex.values[i][j], 4)} ${m.unit}`);
+      };
+      canvas.onmouseleave = Draw.hideTip;
+      Draw.colorbar($("tok-bar"), m.signed ? "div" : "seq", m.signed ? -peak : 0, peak, (v) => fmt(v, 3));
+      $("tok-title").textContent = `${m.label}: ${ex.title}`;
+      $("tok-summary").textContent = `${m.key}.${m.unit ? ` Unit: ${m.unit}.` : ""} Rows: ${m.rows.length}; ` +
+        `${m.examples.length} examples; colour: linear, ${m.signed ? "centred at 0 over ±" : "0 to "}the example's largest |value|.` +
+        (m.note ? ` ${m.note}` : "");
+      shown.token = { m, ex, peak };
+    };
+    mapSel.addEventListener("change", () => { fill(); draw(); });
+    exSel.addEventListener("change", draw);
+    fill(); draw();
+  }
+
   // ---- export: every panel as a figure (title, drawing, colour bar), SVG or PNG ----
   const MODEL = M.short_model || String(M.model).split("/").pop();
   const slug = (x) => String(x).replace(/[^A-Za-z0-9.-]+/g, "-").replace(/^-+|-+$/g, "");
@@ -466,6 +518,13 @@
       return { sc: figure(`${MODEL} · ${M.task}: ${m.label} per head (${source})` +
         (m.higher ? `; higher = ${m.higher}` : ""), body, bar), name: ["heads", m.key] };
     },
+    "token-map"() {
+      const { m, ex, peak } = shown.token, { sc } = tokenMapScene(m, ex, peak);
+      const bar = Draw.barScene(m.signed ? "div" : "seq", fmt(m.signed ? -peak : 0, 3), fmt(peak, 3),
+        { width: 200, note: `linear colour scale${m.unit ? "; " + m.unit : ""}` });
+      return { sc: figure(`${MODEL} · ${M.task}: ${m.label}; ${ex.title}`, sc, bar),
+               name: ["positions", m.key, ex.title.split(" ").slice(0, 2).join("")] };
+    },
   };
   for (const kind of ["dynamic", "constant", "effective", "mixing"]) {
     FIGURES[`ex-${kind}`] = () => {
@@ -481,7 +540,7 @@
   const PANELS = Object.keys(FIGURES);
   const available = (id) => (id.startsWith("ex-") || id === "lines" ? D.examples.length > 0 && (id !== "ex-mixing" || MIX.size > 0)
     : id === "rank-map" ? Boolean(D.ranking) : id === "curve" ? Boolean(D.results && D.results.rows.length)
-      : id === "stat-map-grid" ? Boolean(shown.stat) : true);
+      : id === "stat-map-grid" ? Boolean(shown.stat) : id === "token-map" ? Boolean(shown.token) : true);
 
   // The PAPA curve (an SVG on the page), its computed styles written as attributes.
   function curveFigure() {
@@ -577,7 +636,7 @@
       for (const [name, rec] of Object.entries(x.mixing || {})) dec.examples[e].mixing[name] = await Draw.matrices(rec);
     })()));
     await Promise.all(jobs);
-    buildGrid(); buildRanking(); buildOrderings(); buildExamples(); buildMixing(); buildStats();
+    buildGrid(); buildRanking(); buildOrderings(); buildExamples(); buildMixing(); buildStats(); buildTokens();
     buildExport();
     setK(S.k); select(0, 0);
     await paintGrid();
