@@ -112,9 +112,9 @@ GROUPS = ("model", "data", "sort", "probe", "effective", "ablation")
 INPUTS = ("train", "analysis")  # The probe trains on train; heads are scored on analysis.
 
 
-def baseline_probe(setup: Setup):
-  """The baseline probe on the unmodified encoder, and float32 hidden states of the
-  analysis split (`effective.split`, `effective.max_examples`: a seeded subset)."""
+def probe_features(setup: Setup) -> tuple:
+  """The frozen encoder and float32 features of the train and analysis splits
+  (`effective.split`, `effective.max_examples`: a seeded subset) the baseline probes read."""
   c, mc = setup.config, setup.model.config
   encoder = train.FrozenEncoder(setup.model.params, None, mc, feature_dtype="float32")
   n = len(setup.train_data) + len(setup.analysis_data)
@@ -123,10 +123,19 @@ def baseline_probe(setup: Setup):
                         c.run.cache_max_gb, f"{n} examples")
   tr, ev = (features.compute(encoder, d, setup.mesh, c.run.batch_size, desc=f"features {s}")
             for d, s in ((setup.train_data, "train"), (setup.analysis_data, "eval")))
-  seed = setup.seeds[0]
+  return encoder, tr, ev
+
+
+def baseline_probe(setup: Setup, seed: int | None = None, feats: tuple | None = None):
+  """The baseline probe on the unmodified encoder (probe seed `seed`, default the first of
+  `papa.seeds`), and float32 hidden states of the analysis split; `feats`: `probe_features`'
+  output, when several seeds share it."""
+  c, mc = setup.config, setup.model.config
+  encoder, tr, ev = feats or probe_features(setup)
+  seed = setup.seeds[0] if seed is None else seed
   fp = setup.fingerprint(GROUPS, INPUTS, stage="ablation-probe", seed=seed)
   probe = train.probe_module(setup.task, mc, c.probe)
-  run_dir = setup.layout.path("ablation", f"probe_{fp[:12]}")  # One per config.
+  run_dir = setup.layout.path("ablation", f"probe_{fp[:12]}")  # One per config and seed.
   state, history, logits = fitting.fit(
       "ablation probe", probe, encoder, train.make_optimizer(c.probe),
       train.FitConfig.from_config(c, c.probe.epochs, seed, setup.layout.checkpoints(run_dir), fp),

@@ -5,8 +5,11 @@ pairs built from the analysis split (`effective.split`, `effective.max_examples`
 substitution rule: each sentence's first word piece that is one of `SUBSTITUTIONS`
 (sentiment words with an antonym, both one word piece in the model's vocabulary) replaced by
 its antonym, so both sides have equal lengths; at most `patching.max_pairs`. Metric: the
-ablation stage's baseline probe (`ablation.baseline_probe`) as the log-probability of the
-class it gives the clean sentence (`metrics.probe_log_prob`).
+ablation stage's baseline probe (`ablation.baseline_probe`), one per probe seed of
+`papa.seeds`, as the log-probability of the class it gives the clean sentence
+(`metrics.probe_log_prob`). Every effect is a mean over pairs and seeds, with a percentile
+interval from a two-level bootstrap (pairs, then seeds: `pair_interval`; `report.n_boot`,
+`report.level`, `report.seed`) for the gap, each target and each position class.
 
 Per site of `patching.sites`: exact patching of the clean run's activation into the corrupt
 run at every target (`causal.patching.sweep`: every (layer, head) for "context", every (layer,
@@ -128,8 +131,9 @@ def _agreement(exact: np.ndarray, atp: np.ndarray, k: int = 10) -> dict:
 
 def token_maps(arrays: dict, sites, clean: dict, corrupt: dict, tokenizer, layers: int,
                length: int, labels: dict) -> list[head_maps.TokenMap]:
-  """Per position site and kind, each pair's change `[layers, its real tokens]` with the clean
-  sentence's word pieces (the substituted one as "clean→corrupt")."""
+  """Per position site and kind, each pair's change `[layers, its real tokens]` (`arrays`:
+  `{"kind/site": [T, P]}`) with the clean sentence's word pieces (the substituted one as
+  "clean→corrupt")."""
   out = []
   for site in sites:
     if site in HEAD_SITES:
@@ -153,92 +157,164 @@ def token_maps(arrays: dict, sites, clean: dict, corrupt: dict, tokenizer, layer
   return out
 
 
+def pair_interval(num: np.ndarray, den: np.ndarray | None = None, *, n_boot: int,
+                  level: float, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """The estimate `sum_p mean_s num[s, p] / sum_p den[p]` (`den` None: the mean over pairs p)
+  and its percentile interval from a two-level bootstrap: each replicate draws the pairs with
+  replacement, then the probe seeds s (every seed scores the same pairs). `num`: `[S, P, ...]`;
+  `den`: `[P, ...]` broadcasting against `num[0]`. Returns (estimate, low, high)."""
+  num = np.asarray(num, np.float64)
+  seeds, pairs = num.shape[:2]
+  den = np.ones((pairs,) + (1,) * (num.ndim - 2)) if den is None else np.asarray(den, float)
+  ratio = lambda n, d: n / np.where(d > 0, d, np.nan)
+  point = ratio(num.mean(0).sum(0), den.sum(0))
+  rng = np.random.default_rng(seed)
+  reps = np.empty((n_boot,) + point.shape)
+  for b in range(n_boot):
+    p, s = rng.integers(pairs, size=pairs), rng.integers(seeds, size=seeds)
+    reps[b] = ratio(num[s][:, p].mean(0).sum(0), den[p].sum(0))
+  low, high = np.percentile(reps, [50 * (1 - level), 50 * (1 + level)], axis=0)
+  return point, low, high
+
+
+def _probes(setup: Setup, clean: dict, corrupt: dict, seeds) -> dict:
+  """Per probe seed: the baseline probe's metric, the pairs with the class it gives each
+  clean sentence (`target_class`), the unpatched metrics and the probe's history."""
+  feats, model, out = ablation.probe_features(setup), setup.model, {}
+  for seed in seeds:
+    probe, params, _, history, _ = ablation.baseline_probe(setup, seed, feats)
+    params = jax.device_get(params)
+    metric = metrics.probe_log_prob(probe, params)
+    logits = metrics.probe_logits(probe, params, model.apply(
+        clean["input_ids"], clean["attention_mask"], token_type_ids=clean["token_type_ids"]),
+        clean)
+    target = np.asarray(np.argmax(np.asarray(logits), -1), np.int32)  # The clean run's class.
+    cl, co = dict(clean, target_class=target), dict(corrupt, target_class=target)
+    out[seed] = dict(metric=metric, clean=cl, corrupt=co, history=history, target=target,
+                     base=dict(clean=patching.run_metric(model, cl, metric),
+                               corrupt=patching.run_metric(model, co, metric)))
+  return out
+
+
+def _top(point, low, high, site: str, layers: int, length: int, k: int = 5) -> list[dict]:
+  """The `k` targets of largest |estimate|, with their intervals."""
+  out = []
+  for t in np.argsort(-np.abs(point))[:k]:
+    layer, where = divmod(int(t), len(point) // layers)
+    out.append({"layer": layer, "head" if site in HEAD_SITES else "position": where,
+                "change": float(point[t]), "ci": [float(low[t]), float(high[t])],
+                "excludes_0": bool(low[t] > 0 or high[t] < 0)})
+  return out
+
+
 def _run(setup: Setup) -> dict:
   c, mc = setup.config, setup.model.config
-  pc = c.patching
+  pc, rep = c.patching, c.report
   if setup.task.kind != "classification":
     raise ConfigError(f"patching: a {setup.task.kind} task; the stage's metric is a "
                       "classification probe's log-probability (sentence tasks).")
-  probe, probe_params, _, history, _ = ablation.baseline_probe(setup)
   clean, corrupt, source = _pairs(setup)
   # Positions past every pair's last real token are padding: not patched (the arrays keep
   # data.max_length, the probe's input length).
   length = int(max(clean["attention_mask"].sum(1).max(), corrupt["attention_mask"].sum(1).max()))
-  params = jax.device_get(probe_params)
-  metric = metrics.probe_log_prob(probe, params)
-  model = setup.model
-  logits = metrics.probe_logits(probe, params, model.apply(
-      clean["input_ids"], clean["attention_mask"], token_type_ids=clean["token_type_ids"]),
-      clean)
-  target = np.asarray(np.argmax(np.asarray(logits), -1), np.int32)  # The clean run's class.
-  clean, corrupt = dict(clean, target_class=target), dict(corrupt, target_class=target)
-  base = dict(clean=patching.run_metric(model, clean, metric),
-              corrupt=patching.run_metric(model, corrupt, metric))
-  key = setup.fingerprint(GROUPS, INPUTS, stage="patching")
+  seeds, model, sites = tuple(setup.seeds), setup.model, tuple(pc.sites)
+  probes = _probes(setup, clean, corrupt, seeds)
+  key = setup.fingerprint(GROUPS, INPUTS, stage="patching", seeds=list(seeds))
   partial = setup.layout.partial("patching")
   saved = resume.load(partial, key)
   arrays = dict(saved.arrays) if saved else {}
-  sites = tuple(pc.sites)
-  for i in range(saved.position if saved else 0, len(sites)):
-    site = sites[i]
+  units = [(seed, site) for seed in seeds for site in sites]
+  for i in range(saved.position if saved else 0, len(units)):
+    seed, site = units[i]
+    pr = probes[seed]
     targets = _targets(site, mc.num_layers, mc.num_heads, length)
-    logging.info("patching: %s, %d targets x %d pairs (exact, then AtP)", site, len(targets),
-                 len(target))
-    acts = patching.activations(model, clean, site)
-    arrays[f"exact/{site}"] = patching.sweep(model, corrupt, acts, site, targets, metric,
-                                             chunk=pc.chunk, mesh=setup.mesh) - base["corrupt"]
-    per_site = patching.attribution(model, corrupt, {site: acts}, metric)[site]
-    arrays[f"atp/{site}"] = patching.at_targets(per_site, targets)
-    arrays[f"grad_drop/{site}"] = patching.grad_drop(model, corrupt, {site: acts},
-                                                     {site: targets}, metric)[site]
+    logging.info("patching: probe seed %d, %s, %d targets x %d pairs (exact, AtP, GradDrop)",
+                 seed, site, len(targets), len(pr["target"]))
+    acts = patching.activations(model, pr["clean"], site)
+    arrays[f"exact/{site}/{seed}"] = patching.sweep(
+        model, pr["corrupt"], acts, site, targets, pr["metric"], chunk=pc.chunk,
+        mesh=setup.mesh) - pr["base"]["corrupt"]
+    per_site = patching.attribution(model, pr["corrupt"], {site: acts}, pr["metric"])[site]
+    arrays[f"atp/{site}/{seed}"] = patching.at_targets(per_site, targets)
+    arrays[f"grad_drop/{site}/{seed}"] = patching.grad_drop(
+        model, pr["corrupt"], {site: acts}, {site: targets}, pr["metric"])[site]
     if parallel.is_main_process():
       resume.save(partial, key, i + 1, arrays)
-  classes = _position_classes(clean, corrupt)
+  kinds = ("exact", "atp", "grad_drop")
+  eff = {f"{kind}/{site}": np.stack([arrays[f"{kind}/{site}/{s}"] for s in seeds])
+         for kind in kinds for site in sites}  # [S, T, P]
+  classes = _position_classes(clean, corrupt)[:, :length].astype(np.float64)  # [P, L, 3]
+  boot = dict(n_boot=rep.n_boot, level=rep.level, seed=rep.seed)
   maps, summary_sites = {}, {}
   for site in sites:
-    for kind in ("exact", "atp", "grad_drop"):
-      eff = arrays[f"{kind}/{site}"]  # [T, P]
+    for kind in kinds:
+      e = eff[f"{kind}/{site}"]
       if site in HEAD_SITES:
-        maps[f"{kind}_{site}"] = eff.mean(1).reshape(mc.num_layers, mc.num_heads)
-      else:
-        per = eff.reshape(mc.num_layers, length, -1).transpose(2, 0, 1)  # [P, layers, L]
-        w = classes[:, :length].astype(np.float64)  # [P, L, 3]
-        sums = np.einsum("pkl,plc->kc", per, w)  # [layers, 3]
-        counts = np.maximum(w.sum((0, 1)), 1)
-        maps[f"{kind}_{site}"] = (sums / counts)[:, None, :]
-    exact = arrays[f"exact/{site}"]
-    summary_sites[site] = dict(atp=_agreement(exact, arrays[f"atp/{site}"]),
-                               grad_drop=_agreement(np.abs(exact), arrays[f"grad_drop/{site}"]))
-  gap = base["clean"] - base["corrupt"]
+        maps[f"{kind}_{site}"] = e.mean((0, 2)).reshape(mc.num_layers, mc.num_heads)
+      else:  # Per layer and position class: pooled over the pairs' positions in the class.
+        per = e.reshape(len(seeds), mc.num_layers, length, -1).transpose(0, 3, 1, 2)
+        sums = np.einsum("spkl,plc->spkc", per, classes)  # [S, P, layers, 3]
+        maps[f"{kind}_{site}"] = (sums.mean(0).sum(0) / np.maximum(
+            classes.sum((0, 1)), 1))[:, None, :]
+    exact = eff[f"exact/{site}"]
+    ex_mean = exact.mean(0)
+    point, low, high = pair_interval(exact.transpose(0, 2, 1), **boot)  # Per target.
+    summary_sites[site] = dict(
+        atp=_agreement(ex_mean, eff[f"atp/{site}"].mean(0)),
+        grad_drop=_agreement(np.abs(ex_mean), eff[f"grad_drop/{site}"].mean(0)),
+        top=_top(point, low, high, site, mc.num_layers, length),
+        targets_excluding_0=int(((low > 0) | (high < 0)).sum()), targets=len(point))
+    if site not in HEAD_SITES:
+      per = exact.reshape(len(seeds), mc.num_layers, length, -1).transpose(0, 3, 1, 2)
+      point, low, high = pair_interval(np.einsum("spkl,plc->spkc", per, classes),
+                                       classes.sum(1)[:, None, :], **boot)
+      summary_sites[site]["classes"] = {
+          cls: [dict(layer=l, change=float(point[l, j]), ci=[float(low[l, j]),
+                                                           float(high[l, j])])
+                for l in range(mc.num_layers)] for j, cls in enumerate(CLASSES)}
+  gaps = np.stack([probes[s]["base"]["clean"] - probes[s]["base"]["corrupt"] for s in seeds])
+  gap, gap_low, gap_high = pair_interval(gaps, **boot)
+  first = probes[seeds[0]]
   summary = dict(model=c.model.name, task=setup.task.name, split=c.effective.split,
-                 pairs=len(target), pair_source=source, length=length,
+                 pairs=len(first["target"]), pair_source=source, length=length,
                  metric="log-probability of the probe's class for the clean sentence",
-                 clean=float(base["clean"].mean()), corrupt=float(base["corrupt"].mean()),
-                 gap=float(gap.mean()), agreement=summary_sites,
-                 train_examples=len(setup.train_data), probe_history=history)
+                 probe_seeds=list(seeds), interval=dict(level=rep.level, n_boot=rep.n_boot,
+                                                        resampled="pairs, then probe seeds"),
+                 clean=float(np.mean([probes[s]["base"]["clean"] for s in seeds])),
+                 corrupt=float(np.mean([probes[s]["base"]["corrupt"] for s in seeds])),
+                 gap=float(gap), gap_ci=[float(gap_low), float(gap_high)],
+                 agreement=summary_sites, train_examples=len(setup.train_data),
+                 probe_history={s: probes[s]["history"] for s in seeds})
   if parallel.is_main_process():
     what = {"exact": "exact change", "atp": "AtP estimate of the change",
             "grad_drop": "GradDrop magnitude (AtP*) of the change"}
     infos = {f"{kind}_{site}": head_maps.HeadInfo(
         f"{what[kind]} of log p(clean class) when {site} is patched from the clean run, mean "
-        "over pairs", head_maps.MORE, "nats") for kind in what for site in sites}
+        f"over pairs and {len(seeds)} probe seed(s)", head_maps.MORE, "nats")
+        for kind in what for site in sites}
+    mean_eff = {k: v.mean(0) for k, v in eff.items()}
     head_maps.write(setup.layout, "patching", head_maps.maps_of(
-        "patching", infos, maps, examples=len(target), split=c.effective.split,
+        "patching", infos, maps, examples=len(first["target"]), split=c.effective.split,
         columns=CLASSES), summary, token_maps=token_maps(
-            arrays, sites, clean, corrupt, setup.tokenizer, mc.num_layers, length, what))
+            mean_eff, sites, clean, corrupt, setup.tokenizer, mc.num_layers, length, what))
     with storage.open(setup.layout.path("patching", "effects.npz"), "wb") as f:
       np.savez(f, clean_ids=clean["input_ids"], corrupt_ids=corrupt["input_ids"],
-               mask=clean["attention_mask"], target_class=target, **base,
-               **{k.replace("/", "_"): v for k, v in arrays.items()})
+               mask=clean["attention_mask"], seeds=np.asarray(seeds),
+               target_class=np.stack([probes[s]["target"] for s in seeds]),
+               clean=np.stack([probes[s]["base"]["clean"] for s in seeds]),
+               corrupt=np.stack([probes[s]["base"]["corrupt"] for s in seeds]),
+               **{k.replace("/", "_"): v for k, v in eff.items()})
     figures.head_maps(
         [(name, m if m.ndim == 2 else m[:, 0]) for name, m in maps.items()],
         setup.layout.figure("patching", "effects.png"),
         per_head.label(setup, f"change of log p(clean class) when patched from the clean run "
-                       f"(mean over {len(target)} pairs; clean - corrupt {gap.mean():.3f})",
-                       len(target)), shared_scale=False, center=True, cmap="RdBu_r")
+                       f"(mean over {len(first['target'])} pairs and {len(seeds)} probe "
+                       f"seed(s); clean - corrupt {gap:.3f})", len(first["target"])),
+        shared_scale=False, center=True, cmap="RdBu_r")
     resume.remove(partial)
-  logging.info("patching: %d pairs, clean %.4f, corrupt %.4f; AtP vs exact %s", len(target),
-               summary["clean"], summary["corrupt"], summary_sites)
+  logging.info("patching: %d pairs x %d probe seeds, gap %.4f [%.4f, %.4f]; AtP vs exact %s",
+               len(first["target"]), len(seeds), gap, gap_low, gap_high,
+               {s: v["atp"] for s, v in summary_sites.items()})
   return summary
 
 
