@@ -147,7 +147,8 @@ def load_experiment(path: str, model: str | None = None) -> report.Experiment:
       means=raw.avgs if raw is not None else None, gates=wd.lambdas, ranking=wd.ranking,
       train_examples=rows[0]["examples"], eval_examples=rows[0]["eval_examples"],
       seeds=wd.seeds, orderings=wd.rankings, head_maps=wd.head_maps,
-      ranking_check=wd.sort_check)
+      ranking_check=wd.sort_check,
+      optimal_objective=wd.config.get("optimal", {}).get("objective", "task"))
 
 
 def report_from_workdirs(paths: Sequence[str], out_dir: str, *,

@@ -1,5 +1,6 @@
 """The report's claims: undefined drops, uninformative cells, Holm and the correlation."""
 
+import dataclasses
 import csv
 import json
 
@@ -419,3 +420,22 @@ def test_no_number_prints_as_negative_zero():
   assert [number(-1e-7, True), number(-1e-9), number(-0.012, True), number(-0.5)] == [
       "0.00%", "0.0000", "-1.20%", "-0.5000"]
   assert results._fmt(-1e-5, pct=True) == "0.0%"  # pylint: disable=protected-access
+
+
+def test_a_task_free_fit_is_no_lower_bound_in_the_claims_or_the_controls(tmp_path):
+  """The optimal variant's claim ("the lower bound") reads only cells whose constants were
+  fitted to the task (`optimal.objective=task`); a task-free fit is named and left out, and
+  the experiment keeps its objective."""
+  cells = []
+  for model, objective in (("fit_task", "task"), ("fit_free", "hidden")):
+    e = _cell(model, 0.8, 0.7)
+    e.predictions[("optimal", 4)] = {0: _acc(0.75, 7), 1: _acc(0.74, 60)}
+    cells.append(dataclasses.replace(e, optimal_objective=objective))
+  rep = report.analyse(cells, n_boot=N_BOOT)
+  (lower,) = [c for c in rep["claims"] if c["key"] == "all_optimal"]
+  assert lower["cells"] == ["fit_task/sst2"] and lower["n"] == 1
+  assert lower["left_out"] == ["fit_free/sst2 (optimal.objective=hidden: a task-free fit, not "
+                               "the loss-optimal constant for this task, so no lower bound)"]
+  raw = next(c for c in rep["claims"] if c["key"] == "all")
+  assert raw["n"] == 2
+  assert [r["optimal_objective"] for r in rep["experiments"]] == ["task", "hidden"]

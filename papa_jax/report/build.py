@@ -78,6 +78,9 @@ class Experiment:
     train_examples: train-subset size the probes and means used.
     eval_examples: dev-set size as the pipeline reported it.
     seeds: probe seeds run (derived from the dicts when empty).
+    optimal_objective: what the `optimal` variant's constants were fitted to
+      (`optimal.objective`): "task" (the loss-optimal constant for this task and probe, a lower
+      bound on the drop) or "hidden" (task-free: the unmodified encoder's states; no bound).
   """
   model: str
   task: Task
@@ -94,6 +97,7 @@ class Experiment:
   orderings: dict = dataclasses.field(default_factory=dict)
   head_maps: list = dataclasses.field(default_factory=list)
   ranking_check: dict | None = None
+  optimal_objective: str = "task"
 
 
 def condition_stream(variant: str, k: int) -> int:
@@ -178,7 +182,7 @@ def _analyse(exp: Experiment, n_boot: int, seed: int, level: float,
              seeds=list(_seeds_of(exp)), total_heads=exp.total_heads, rng_seed=rng_seed,
              baseline=None if base_key is None else dict(conds[base_key], variant="raw"),
              conditions=list(conds.values()), check=check, ranking_check=exp.ranking_check,
-             warnings=warnings)
+             optimal_objective=exp.optimal_objective, warnings=warnings)
   out["summary"] = _summary(out, exp.total_heads)
   return out, dict(baseline=reps.get(base_key), drops=drops)
 

@@ -194,10 +194,12 @@ def claims(results: list[dict], reps: list[dict], corr: dict, level: float,
       continue
     rows, left_out = _drops(results, reps, variant, which)
     if variant == "optimal":  # A fit that scores below the mean found no better constant.
-      worse = not_optimal(results)
+      worse, free = not_optimal(results), task_free(results)
+      left_out += [f"{c} (optimal.objective={free[c]}: a task-free fit, not the loss-optimal "
+                   "constant for this task, so no lower bound)" for c, _, _ in rows if c in free]
       left_out += [f"{c} (the fitted constant scores below PAPA's mean: not loss-optimal, "
-                   "so no lower bound)" for c, _, _ in rows if c in worse]
-      rows = [r for r in rows if r[0] not in worse]
+                   "so no lower bound)" for c, _, _ in rows if c in worse and c not in free]
+      rows = [r for r in rows if r[0] not in worse and r[0] not in free]
     row = dict(key=key, kind=DROP, test=test, threshold=threshold, percent=True,
                claim=claim, measure=measure, cells=[c for c, _, _ in rows],
                **_drop_claim(rows, test, threshold, level, seed),
@@ -223,6 +225,13 @@ def claims(results: list[dict], reps: list[dict], corr: dict, level: float,
           ABOVE, 0.0, c["ci"]) if c["verdict"] != "not tested" else "not tested",
                         note=c.get("note", ""))))
   return out
+
+
+def task_free(results: list[dict]) -> dict[str, str]:
+  """Cells whose `optimal` constants were fitted without the task (`optimal.objective` other
+  than "task"), by objective: they bound nothing for the task."""
+  return {f"{r['model']}/{r['task']}": r.get("optimal_objective", "task") for r in results
+          if r.get("optimal_objective", "task") != "task"}
 
 
 def not_optimal(results: list[dict]) -> set[str]:

@@ -141,6 +141,7 @@ def analyse(exp, *, rng_seed: int, n_boot: int = uncertainty.N_BOOT,
               orderings=orderings, variants=variants, curves=curves, vs_random=vs_random,
               vs_uniform=against["uniform"], vs_optimal=against["optimal"],
               spearman=spearman(exp.orderings or {}),
+              optimal_objective=getattr(exp, "optimal_objective", "task"),
               sentences=sentences(vs_random, against["uniform"], against["optimal"]))
 
 

@@ -300,9 +300,12 @@ def _controls(controls: list[dict], lv: str, nb: int) -> list[str]:
           f" (draw std {x['draw_std']:.4f})" if x.get("draw_std") is not None else ""))
       lines.append(f"| {key[0]} | {key[1]} | " + " | ".join(cell(by.get(lb)) for lb in labels)
                    + " |")
+    fit = c.get("optimal_objective", "task")
+    optimal = ("the loss-optimal constant" if fit == "task" else
+               f"the task-free fitted constant (optimal.objective={fit}; no lower bound)")
     for title, rows, col in (("against random", c["vs_random"], "ordering"),
                              ("against uniform (PAPA's ordering)", c["vs_uniform"], "variant"),
-                             ("against the loss-optimal constant (PAPA's ordering)",
+                             (f"against {optimal} (PAPA's ordering)",
                               c.get("vs_optimal", []), "variant")):
       if rows:
         lines += ["", f"Differences {title}:", "",
