@@ -233,7 +233,7 @@ def _run(setup: Setup) -> dict:
     acts = patching.activations(model, pr["clean"], site)
     arrays[f"exact/{site}/{seed}"] = patching.sweep(
         model, pr["corrupt"], acts, site, targets, pr["metric"], chunk=pc.chunk,
-        mesh=setup.mesh) - pr["base"]["corrupt"]
+        mesh=setup.mesh, desc=f"patching {site} (probe seed {seed})") - pr["base"]["corrupt"]
     per_site = patching.attribution(model, pr["corrupt"], {site: acts}, pr["metric"])[site]
     arrays[f"atp/{site}/{seed}"] = patching.at_targets(per_site, targets)
     arrays[f"grad_drop/{site}/{seed}"] = patching.grad_drop(

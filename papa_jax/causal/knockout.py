@@ -21,6 +21,7 @@ from papa_jax.causal.patching import (Metric, _arrays, _hidden, earlier_rows, la
                                       local_mesh, run_metric)
 from papa_jax.interventions import KNOCKOUT_RULES, Knockout
 from papa_jax.models.encoder import run_from
+from papa_jax.progress import Progress
 
 Array = jax.Array
 
@@ -52,7 +53,8 @@ def check_windows(windows, num_layers: int) -> np.ndarray:
 
 
 def sweep(model, batch: dict, blocked: np.ndarray, windows, metric: Metric, *,
-          rule: str = "renormalize", chunk: int = 8, mesh: Mesh | None = None) -> np.ndarray:
+          rule: str = "renormalize", chunk: int = 8, mesh: Mesh | None = None,
+          desc: str = "") -> np.ndarray:
   """`metric` with each (window, class) knocked out, `[W, C, B]`.
 
   Args:
@@ -67,6 +69,7 @@ def sweep(model, batch: dict, blocked: np.ndarray, windows, metric: Metric, *,
       last chunk is padded with targets that block nothing, and the padding dropped).
     mesh: this process's devices, to split each call's rows over (data-parallel; `chunk`
       rounded up so that they split evenly); None: one device.
+    desc: progress lines (targets done, rate, ETA) under this label; "" for none.
   """
   if rule not in KNOCKOUT_RULES:
     # caller's argument
@@ -90,6 +93,7 @@ def sweep(model, batch: dict, blocked: np.ndarray, windows, metric: Metric, *,
   mesh = local_mesh(mesh)
   groups, chunk, tiled = layer_groups(firsts, arrays, chunk, 1 if mesh is None else mesh.size)
   example = tiled.pop("example")
+  prog = Progress(desc, len(firsts), unit="targets", every=1) if desc else None
   for idx in groups:
     first = int(firsts[idx[0]])
     for start in range(0, len(idx), chunk):
@@ -106,6 +110,8 @@ def sweep(model, batch: dict, blocked: np.ndarray, windows, metric: Metric, *,
       if out is None:
         out = np.empty((len(firsts), n), vals.dtype)
       out[part] = vals[:len(part)]
+      if prog:
+        prog.update(len(part))
   return out.reshape(len(w), classes, n)
 
 

@@ -31,6 +31,7 @@ from papa_jax.attention import SITE_AXES, SITES, AttentionOverride
 from papa_jax.interventions import Add, Patch, StopGradient
 from papa_jax.models.capture import Capture, EncoderOutput
 from papa_jax.models.encoder import run_from
+from papa_jax.progress import Progress
 
 Array = jax.Array
 Metric = Callable[[EncoderOutput, dict], Array]
@@ -188,7 +189,7 @@ def local_mesh(mesh) -> Mesh | None:
 
 
 def sweep(model, batch: dict, source: Array, site: str, targets: Targets, metric: Metric, *,
-          chunk: int = 16, mesh: Mesh | None = None) -> np.ndarray:
+          chunk: int = 16, mesh: Mesh | None = None, desc: str = "") -> np.ndarray:
   """Exact activation patching: `metric` on `batch` with `source[layer]` (`[layers, B, ...]`,
   `activations` of the source run or `ablation_source`) patched in at each target, `[T, B]`.
 
@@ -198,7 +199,8 @@ def sweep(model, batch: dict, source: Array, site: str, targets: Targets, metric
   The rows of one call are at most `chunk` targets times the batch's B examples (the size
   evened out over the largest layer's targets; a group's last chunk is padded with position
   and head 0, and the padding dropped). With `mesh` (this process's devices), each call's rows
-  are split over its devices (data-parallel; `chunk` rounded up so that they split evenly)."""
+  are split over its devices (data-parallel; `chunk` rounded up so that they split evenly).
+  `desc`: progress lines (targets done, rate, ETA) under this label; "" for none."""
   n = batch["input_ids"].shape[0]
   if source.shape[1] != n:
     # caller's argument
@@ -210,6 +212,7 @@ def sweep(model, batch: dict, source: Array, site: str, targets: Targets, metric
   mesh = local_mesh(mesh)
   groups, chunk, tiled = layer_groups(layers, arrays, chunk, 1 if mesh is None else mesh.size)
   example = tiled.pop("example")
+  prog = Progress(desc, len(targets), unit="targets", every=1) if desc else None
   for idx in groups:
     layer = int(layers[idx[0]])
     for start in range(0, len(idx), chunk):
@@ -225,6 +228,8 @@ def sweep(model, batch: dict, source: Array, site: str, targets: Targets, metric
       if out is None:
         out = np.empty((len(targets), n), vals.dtype)
       out[part] = vals[:len(part)]
+      if prog:
+        prog.update(len(part))
   if out is None or (layers < 0).any():  # Targets at layer -1 patch nothing.
     base = run_metric(model, batch, metric)
     out = np.empty((len(targets), n), base.dtype) if out is None else out

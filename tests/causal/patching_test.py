@@ -2,6 +2,8 @@
 (float64), a sweep against a loop over its targets, and attribution patching against
 finite differences."""
 
+import logging
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -220,7 +222,7 @@ def _two_layer_metric(out, batch):
 
 
 @pytest.mark.unit
-def test_a_sweep_split_over_eight_devices_equals_one_device(random_hf):
+def test_a_sweep_split_over_eight_devices_equals_one_device(random_hf, caplog):
   """The rows of every call split over 8 CPU devices (3 examples: the chunk rounds up to 8
   targets so that 24 rows split evenly), gathered back in order: equal to the one-device
   sweep, with a metric that reads layer 1's cached state and a per-example field; a call's
@@ -232,8 +234,11 @@ def test_a_sweep_split_over_eight_devices_equals_one_device(random_hf):
   targets = patching.Targets.grid(model.config.num_layers, positions=(0, 3, 7))
   mesh = parallel.make_mesh(8)
   one = patching.sweep(model, batch, source, "residual_out", targets, _two_layer_metric, chunk=5)
-  eight = patching.sweep(model, batch, source, "residual_out", targets, _two_layer_metric,
-                         chunk=5, mesh=mesh)
+  with caplog.at_level(logging.INFO):
+    eight = patching.sweep(model, batch, source, "residual_out", targets, _two_layer_metric,
+                           chunk=5, mesh=mesh, desc="sweep")
+  t = len(targets)  # Progress by targets, the last line at the end.
+  assert f"sweep: {t}/{t} (100%)" in caplog.text and "targets/s" in caplog.text
   np.testing.assert_allclose(eight, one, rtol=1e-5, atol=1e-5)
   for t in range(len(targets)):  # And both equal a patched forward of the whole encoder.
     l, p = targets.layers[t], targets.positions[t]
