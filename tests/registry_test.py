@@ -220,6 +220,11 @@ def test_registry_every_per_head_stage_reaches_the_explorer_and_the_report(name,
                       for m in mine), name
   text = "\n".join(report_markdown.per_head_lines([report_heads.analyse("m", "t", wd.head_maps)]))
   assert all(f"`{m.key}`" in text for m in wd.head_maps if m.stage == name)
+  if name == "patching":  # Its per-position records reach the explorer's per-position panel.
+    tokens = [m for m in collect.token_maps_view(wd) if m["stage"] == name]
+    assert {m["name"] for m in tokens} >= {"exact_residual_in", "atp_residual_in"}
+    assert all(len(ex["values"]) == 6 and len(ex["values"][0]) == len(ex["tokens"])
+               for m in tokens for ex in m["examples"])
 
 
 @pytest.mark.slow
