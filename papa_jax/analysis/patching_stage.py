@@ -14,7 +14,8 @@ interval from a two-level bootstrap (pairs, then seeds: `pair_interval`; `report
 Per site of `patching.sites`: exact patching of the clean run's activation into the corrupt
 run at every target (`causal.patching.sweep`: every (layer, head) for "context", every (layer,
 position) for the residual and block-output sites) and AtP of the same targets from one
-forward and one backward pass, and AtP*'s GradDrop magnitude (one pass per layer); their
+forward and one backward pass, and AtP*'s GradDrop magnitude (one pass per layer); position
+sites patch every position that is real in some pair (the PAPA layout's last [SEP] too); their
 agreement with exact patching (Spearman over the targets' means over pairs, top-10 recall;
 GradDrop against |exact|) in the summary. Writes `patching/stats.json` (per-head records:
 a head site's mean change of the metric over pairs, exact, AtP and GradDrop, `[layers,
@@ -105,10 +106,10 @@ def _pairs(setup: Setup) -> tuple[dict, dict, str]:
   return clean, corrupt, "substitution rule"
 
 
-def _targets(site: str, layers: int, heads: int, length: int) -> patching.Targets:
+def _targets(site: str, layers: int, heads: int, positions: np.ndarray) -> patching.Targets:
   if site in HEAD_SITES:
     return patching.Targets.grid(layers, heads=range(heads))
-  return patching.Targets.grid(layers, positions=range(length))
+  return patching.Targets.grid(layers, positions=positions)
 
 
 def _position_classes(clean: dict, corrupt: dict) -> np.ndarray:
@@ -130,26 +131,27 @@ def _agreement(exact: np.ndarray, atp: np.ndarray, k: int = 10) -> dict:
 
 
 def token_maps(arrays: dict, sites, clean: dict, corrupt: dict, tokenizer, layers: int,
-               length: int, labels: dict) -> list[head_maps.TokenMap]:
+               positions: np.ndarray, labels: dict) -> list[head_maps.TokenMap]:
   """Per position site and kind, each pair's change `[layers, its real tokens]` (`arrays`:
-  `{"kind/site": [T, P]}`) with the clean sentence's word pieces (the substituted one as
-  "clean→corrupt")."""
+  `{"kind/site": [T, P]}`, targets layer-major over `positions`) with the clean sentence's
+  word pieces at its real positions (the substituted one as "clean→corrupt")."""
   out = []
   for site in sites:
     if site in HEAD_SITES:
       continue
     for kind, label in labels.items():
-      eff = np.asarray(arrays[f"{kind}/{site}"])  # [layers * length, P]
+      eff = np.asarray(arrays[f"{kind}/{site}"])  # [layers * len(positions), P]
       examples = []
       for i in range(eff.shape[1]):
-        n = int(clean["attention_mask"][i].sum())
-        a, b = (tokenizer.convert_ids_to_tokens(np.asarray(x["input_ids"][i, :n]).tolist())
+        real = np.flatnonzero(clean["attention_mask"][i])  # With the PAPA layout's last [SEP].
+        a, b = (tokenizer.convert_ids_to_tokens(np.asarray(x["input_ids"][i, real]).tolist())
                 for x in (clean, corrupt))
         toks = [t if t == u else f"{t}→{u}" for t, u in zip(a, b)]
         swaps = ", ".join(t for t, u in zip(a, b) if t != u and t)
-        text = tokenizer.decode(clean["input_ids"][i, :n], skip_special_tokens=True)
+        text = tokenizer.decode(clean["input_ids"][i, real], skip_special_tokens=True)
+        values = eff[:, i].reshape(layers, len(positions))[:, np.searchsorted(positions, real)]
         examples.append(dict(title=f"pair {i} ({swaps or 'no change'} swapped): {text}",
-                             tokens=toks, values=eff[:, i].reshape(layers, length)[:, :n]))
+                             tokens=toks, values=values))
       out.append(head_maps.TokenMap(
           "patching", f"{kind}_{site}", f"{label} of log p(clean class) when {site} at one "
           "layer and position is patched from the clean run", tuple(
@@ -196,11 +198,13 @@ def _probes(setup: Setup, clean: dict, corrupt: dict, seeds) -> dict:
   return out
 
 
-def _top(point, low, high, site: str, layers: int, length: int, k: int = 5) -> list[dict]:
+def _top(point, low, high, site: str, layers: int, positions: np.ndarray, k: int = 5
+         ) -> list[dict]:
   """The `k` targets of largest |estimate|, with their intervals."""
   out = []
   for t in np.argsort(-np.abs(point))[:k]:
     layer, where = divmod(int(t), len(point) // layers)
+    where = where if site in HEAD_SITES else int(positions[where])
     out.append({"layer": layer, "head" if site in HEAD_SITES else "position": where,
                 "change": float(point[t]), "ci": [float(low[t]), float(high[t])],
                 "excludes_0": bool(low[t] > 0 or high[t] < 0)})
@@ -214,9 +218,11 @@ def _run(setup: Setup) -> dict:
     raise ConfigError(f"patching: a {setup.task.kind} task; the stage's metric is a "
                       "classification probe's log-probability (sentence tasks).")
   clean, corrupt, source = _pairs(setup)
-  # Positions past every pair's last real token are padding: not patched (the arrays keep
-  # data.max_length, the probe's input length).
-  length = int(max(clean["attention_mask"].sum(1).max(), corrupt["attention_mask"].sum(1).max()))
+  # Position sites patch every position that is real in some pair (the arrays keep
+  # data.max_length, the probe's input length; the PAPA layout's last [SEP] is at L - 1).
+  positions = np.flatnonzero((np.asarray(clean["attention_mask"]) > 0).any(0)
+                             | (np.asarray(corrupt["attention_mask"]) > 0).any(0))
+  length = len(positions)
   seeds, model, sites = tuple(setup.seeds), setup.model, tuple(pc.sites)
   probes = _probes(setup, clean, corrupt, seeds)
   key = setup.fingerprint(GROUPS, INPUTS, stage="patching", seeds=list(seeds))
@@ -227,7 +233,7 @@ def _run(setup: Setup) -> dict:
   for i in range(saved.position if saved else 0, len(units)):
     seed, site = units[i]
     pr = probes[seed]
-    targets = _targets(site, mc.num_layers, mc.num_heads, length)
+    targets = _targets(site, mc.num_layers, mc.num_heads, positions)
     logging.info("patching: probe seed %d, %s, %d targets x %d pairs (exact, AtP, GradDrop)",
                  seed, site, len(targets), len(pr["target"]))
     acts = patching.activations(model, pr["clean"], site)
@@ -243,7 +249,7 @@ def _run(setup: Setup) -> dict:
   kinds = ("exact", "atp", "grad_drop")
   eff = {f"{kind}/{site}": np.stack([arrays[f"{kind}/{site}/{s}"] for s in seeds])
          for kind in kinds for site in sites}  # [S, T, P]
-  classes = _position_classes(clean, corrupt)[:, :length].astype(np.float64)  # [P, L, 3]
+  classes = _position_classes(clean, corrupt)[:, positions].astype(np.float64)  # [P, L', 3]
   boot = dict(n_boot=rep.n_boot, level=rep.level, seed=rep.seed)
   maps, summary_sites = {}, {}
   for site in sites:
@@ -262,7 +268,7 @@ def _run(setup: Setup) -> dict:
     summary_sites[site] = dict(
         atp=_agreement(ex_mean, eff[f"atp/{site}"].mean(0)),
         grad_drop=_agreement(np.abs(ex_mean), eff[f"grad_drop/{site}"].mean(0)),
-        top=_top(point, low, high, site, mc.num_layers, length),
+        top=_top(point, low, high, site, mc.num_layers, positions),
         targets_excluding_0=int(((low > 0) | (high < 0)).sum()), targets=len(point))
     if site not in HEAD_SITES:
       per = exact.reshape(len(seeds), mc.num_layers, length, -1).transpose(0, 3, 1, 2)
@@ -277,6 +283,7 @@ def _run(setup: Setup) -> dict:
   first = probes[seeds[0]]
   summary = dict(model=c.model.name, task=setup.task.name, split=c.effective.split,
                  pairs=len(first["target"]), pair_source=source, length=length,
+                 positions=positions.tolist(),
                  metric="log-probability of the probe's class for the clean sentence",
                  probe_seeds=list(seeds), interval=dict(level=rep.level, n_boot=rep.n_boot,
                                                         resampled="pairs, then probe seeds"),
@@ -296,10 +303,10 @@ def _run(setup: Setup) -> dict:
     head_maps.write(setup.layout, "patching", head_maps.maps_of(
         "patching", infos, maps, examples=len(first["target"]), split=c.effective.split,
         columns=CLASSES), summary, token_maps=token_maps(
-            mean_eff, sites, clean, corrupt, setup.tokenizer, mc.num_layers, length, what))
+            mean_eff, sites, clean, corrupt, setup.tokenizer, mc.num_layers, positions, what))
     with storage.open(setup.layout.path("patching", "effects.npz"), "wb") as f:
       np.savez(f, clean_ids=clean["input_ids"], corrupt_ids=corrupt["input_ids"],
-               mask=clean["attention_mask"], seeds=np.asarray(seeds),
+               mask=clean["attention_mask"], seeds=np.asarray(seeds), positions=positions,
                target_class=np.stack([probes[s]["target"] for s in seeds]),
                clean=np.stack([probes[s]["base"]["clean"] for s in seeds]),
                corrupt=np.stack([probes[s]["base"]["corrupt"] for s in seeds]),

@@ -73,24 +73,31 @@ def test_patching_stage_on_substitution_pairs(tmp_path, minilm_tokenizer):
   assert list(z["seeds"]) == [42] and z["exact_residual_in"].shape[0] == 1  # One probe seed.
   z = {k: (v[0] if k in ("clean", "corrupt", "target_class") or k.startswith(("exact_", "atp_"))
            else v) for k, v in z.items()}
-  first = z["exact_residual_in"][:length]  # Layer 0's targets: positions 0..length-1.
+  # Every position real in some pair is patched: the PAPA layout's last [SEP] (L - 1) too.
+  positions = z["positions"]
+  real = np.flatnonzero(z["mask"].any(0))
+  np.testing.assert_array_equal(positions, real)
+  assert positions[-1] == z["mask"].shape[1] - 1 and length == len(positions) == s["length"]
+  first = z["exact_residual_in"][:length]  # Layer 0's targets, one per patched position.
   gap = z["clean"] - z["corrupt"]
   pos = np.argmax(changed, 1)
-  np.testing.assert_allclose(first[pos, np.arange(len(pos))], gap, atol=2e-5)
+  at = np.searchsorted(positions, pos)
+  np.testing.assert_allclose(first[at, np.arange(len(pos))], gap, atol=2e-5)
   others = np.ones(first.shape, bool)
-  others[pos, np.arange(len(pos))] = False
+  others[at, np.arange(len(pos))] = False
   np.testing.assert_allclose(first[others], 0.0, atol=2e-5)
   for kind in ("exact", "atp", "grad_drop"):
     assert np.shape(st[f"{kind}_context"]) == (6, 12)
     assert np.shape(st[f"{kind}_residual_in"]) == (6, 1, 3)
   assert set(s["agreement"]) == {"context", "residual_in"}
-  assert set(s["agreement"]["context"]) == {"atp", "grad_drop", "top", "targets", "targets_excluding_0"}
+  assert set(s["agreement"]["context"]) == {"atp", "grad_drop", "top", "targets",
+                                           "targets_excluding_0"}
   assert (np.asarray(st["grad_drop_context"]) >= 0).all()
   np.testing.assert_allclose(s["gap"], gap.mean(), rtol=1e-6)
   assert s["gap_ci"][0] <= s["gap"] <= s["gap_ci"][1] and s["probe_seeds"] == [42]
   top = s["agreement"]["residual_in"]["top"][0]  # The largest |mean over pairs|.
   means = z["exact_residual_in"].mean(1)
-  t = top["layer"] * length + top["position"]
+  t = top["layer"] * length + int(np.searchsorted(positions, top["position"]))
   assert top["change"] == pytest.approx(means[t]) and abs(means[t]) == pytest.approx(
       np.abs(means).max())
   assert top["ci"][0] <= top["change"] <= top["ci"][1]
@@ -104,12 +111,14 @@ def test_patching_stage_on_substitution_pairs(tmp_path, minilm_tokenizer):
   exact = tms["exact_residual_in"]
   assert exact.rows == tuple(f"layer {l}" for l in range(6)) and len(exact.examples) == len(pos)
   for i, ex in enumerate(exact.examples):
-    n = int(z["mask"][i].sum())
-    toks = minilm_tokenizer.convert_ids_to_tokens(z["clean_ids"][i, :n].tolist())
+    mine = np.flatnonzero(z["mask"][i])  # Its real positions, the last [SEP] included.
+    toks = minilm_tokenizer.convert_ids_to_tokens(z["clean_ids"][i, mine].tolist())
+    assert toks[-1] == "[SEP]" and len(ex["tokens"]) == len(mine)
     swapped = minilm_tokenizer.convert_ids_to_tokens([int(z["corrupt_ids"][i, pos[i]])])[0]
-    assert ex["tokens"][pos[i]] == f"{toks[pos[i]]}→{swapped}" and len(ex["tokens"]) == n
+    k = int(np.searchsorted(mine, pos[i]))
+    assert ex["tokens"][k] == f"{toks[k]}→{swapped}"
     np.testing.assert_allclose(ex["values"], z["exact_residual_in"][:, i].reshape(
-        6, length)[:, :n], rtol=1e-5, atol=1e-7)
+        6, length)[:, np.searchsorted(positions, mine)], rtol=1e-5, atol=1e-7)
 
 
 @pytest.mark.integration
