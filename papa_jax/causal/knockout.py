@@ -15,8 +15,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from papa_jax.attention import AttentionOverride
 from papa_jax import parallel
+from papa_jax.attention import AttentionOverride
 from papa_jax.causal.patching import (Metric, _arrays, _hidden, earlier_rows, layer_groups,
                                       local_mesh, run_metric)
 from papa_jax.interventions import KNOCKOUT_RULES, Knockout
