@@ -251,6 +251,11 @@ def _run(setup: Setup) -> dict:
          for kind in kinds for site in sites}  # [S, T, P]
   classes = _position_classes(clean, corrupt)[:, positions].astype(np.float64)  # [P, L', 3]
   boot = dict(n_boot=rep.n_boot, level=rep.level, seed=rep.seed)
+
+  def class_sums(e: np.ndarray) -> np.ndarray:  # [S, T, P] -> [S, P, layers, 3]
+    per = e.reshape(len(seeds), mc.num_layers, length, -1).transpose(0, 3, 1, 2)
+    return np.einsum("spkl,plc->spkc", per, classes)
+
   maps, summary_sites = {}, {}
   for site in sites:
     for kind in kinds:
@@ -258,8 +263,7 @@ def _run(setup: Setup) -> dict:
       if site in HEAD_SITES:
         maps[f"{kind}_{site}"] = e.mean((0, 2)).reshape(mc.num_layers, mc.num_heads)
       else:  # Per layer and position class: pooled over the pairs' positions in the class.
-        per = e.reshape(len(seeds), mc.num_layers, length, -1).transpose(0, 3, 1, 2)
-        sums = np.einsum("spkl,plc->spkc", per, classes)  # [S, P, layers, 3]
+        sums = class_sums(e)  # [S, P, layers, 3]
         maps[f"{kind}_{site}"] = (sums.mean(0).sum(0) / np.maximum(
             classes.sum((0, 1)), 1))[:, None, :]
     exact = eff[f"exact/{site}"]
@@ -271,9 +275,7 @@ def _run(setup: Setup) -> dict:
         top=_top(point, low, high, site, mc.num_layers, positions),
         targets_excluding_0=int(((low > 0) | (high < 0)).sum()), targets=len(point))
     if site not in HEAD_SITES:
-      per = exact.reshape(len(seeds), mc.num_layers, length, -1).transpose(0, 3, 1, 2)
-      point, low, high = pair_interval(np.einsum("spkl,plc->spkc", per, classes),
-                                       classes.sum(1)[:, None, :], **boot)
+      point, low, high = pair_interval(class_sums(exact), classes.sum(1)[:, None, :], **boot)
       summary_sites[site]["classes"] = {
           cls: [dict(layer=l, change=float(point[l, j]), ci=[float(low[l, j]),
                                                            float(high[l, j])])
