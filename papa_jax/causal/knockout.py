@@ -17,8 +17,9 @@ import numpy as np
 
 from papa_jax import parallel
 from papa_jax.attention import AttentionOverride
-from papa_jax.causal.patching import (Metric, _arrays, _hidden, earlier_rows, layer_groups,
-                                      local_mesh, run_metric)
+from papa_jax.causal.metrics import Metric, as_metric
+from papa_jax.causal.patching import (_arrays, _hidden, earlier_rows, layer_groups, local_mesh,
+                                      run_metric)
 from papa_jax.interventions import KNOCKOUT_RULES, Knockout
 from papa_jax.models.encoder import run_from
 from papa_jax.progress import Progress
@@ -26,18 +27,19 @@ from papa_jax.progress import Progress
 Array = jax.Array
 
 
-@functools.partial(jax.jit, static_argnames=("module", "metric", "rule", "first", "mesh"))
-def _knocked(module, params, hidden: Array, batch: dict, example: Array, blocked: Array,
-             last: Array, *, metric: Metric, rule: str, first: int, mesh=None) -> Array:
+@functools.partial(jax.jit, static_argnames=("module", "rule", "first", "mesh"))
+def _knocked(module, params, hidden: Array, metric: Metric, batch: dict, example: Array,
+             blocked: Array, last: Array, *, rule: str, first: int, mesh=None) -> Array:
   """`metric` of the rows of `batch` (examples tiled per target; row r is example
   `example[r]`) with row r's `blocked[r]` edges cut in layers `first..last[r]`, the encoder
   run from `first` on from `hidden`. Rows split over `mesh` (`parallel.over_rows`)."""
-  def rows(params, hidden, batch, example, blocked, last):
+  def rows(params, hidden, metric, batch, example, blocked, last):
     ko = Knockout(blocked, jnp.full(last.shape, first, jnp.int32), last, rule=rule)
     out = run_from(module, params, batch, earlier_rows(hidden, example, first),
                    AttentionOverride.intervene(ko), first)
     return metric(out, batch)
-  return parallel.over_rows(rows, mesh, shared=2)(params, hidden, batch, example, blocked, last)
+  return parallel.over_rows(rows, mesh, shared=3)(params, hidden, metric, batch, example,
+                                                  blocked, last)
 
 
 def check_windows(windows, num_layers: int) -> np.ndarray:
@@ -63,7 +65,7 @@ def sweep(model, batch: dict, blocked: np.ndarray, windows, metric: Metric, *,
     blocked: `[C, B, L, L]` bool: class c's edges (query i may not attend to key j) per
       example (`interventions.edges`, `shifted_edges`, `position_classes`).
     windows: `[(first, last), ...]` inclusive layer windows.
-    metric: `metric(output, batch) -> [B]`, a pure jax function.
+    metric: `metric(output, batch) -> [B]`: a `metrics.Metric` or a pure jax function.
     rule: `Knockout.rule` ("renormalize" or "zero").
     chunk: at most this many targets' rows per call (evened over the largest group; a group's
       last chunk is padded with targets that block nothing, and the padding dropped).
@@ -74,7 +76,7 @@ def sweep(model, batch: dict, blocked: np.ndarray, windows, metric: Metric, *,
   if rule not in KNOCKOUT_RULES:
     # caller's argument
     raise ValueError(f"knockout rule {rule!r}; choose one of {KNOCKOUT_RULES}.")
-  arrays = _arrays(batch)
+  arrays, metric = _arrays(batch), as_metric(metric)
   n, length = np.shape(arrays["input_ids"])
   blocked = np.asarray(blocked, bool)
   if blocked.ndim != 4 or blocked.shape[1:] != (n, length, length):
@@ -103,8 +105,8 @@ def sweep(model, batch: dict, blocked: np.ndarray, windows, metric: Metric, *,
       which = np.zeros(chunk, np.int64)
       which[:len(part)] = cls[part]
       rows = blocked[which].reshape((chunk * n, length, length))
-      vals = _knocked(model.module, model.params, hidden, tiled, example, jnp.asarray(rows),
-                      jnp.asarray(np.repeat(last, n)), metric=metric, rule=rule, first=first,
+      vals = _knocked(model.module, model.params, hidden, metric, tiled, example,
+                      jnp.asarray(rows), jnp.asarray(np.repeat(last, n)), rule=rule, first=first,
                       mesh=mesh)
       vals = np.asarray(vals).reshape(chunk, n)
       if out is None:

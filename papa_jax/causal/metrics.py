@@ -8,6 +8,10 @@ RoBERTa, MPNet and DistilBERT).
 and `pj.knockout`: the head's logit of token `good` minus that of `bad` at one position (or
 at each example's [MASK]). `probe_logit_difference` and `probe_loss` do the same with a
 finished PAPA workdir's probe (`papa.probe.restore_baseline`).
+
+Each is a `Metric`: its arrays (the head's or probe's weights) are traced data, so the jitted
+sweeps compile once for every probe of one shape (one per seed) rather than once per metric.
+Any `metric(output, batch)` function works too (`as_metric`: static, compiled per function).
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
@@ -30,6 +35,31 @@ ACTIVATIONS = {"gelu": lambda x: jax.nn.gelu(x, approximate=False),
                "gelu_new": lambda x: jax.nn.gelu(x, approximate=True),
                "gelu_pytorch_tanh": lambda x: jax.nn.gelu(x, approximate=True),
                "relu": jax.nn.relu}
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class Metric:
+  """`metric(output, batch) -> [B]`, one number per example of a run, as
+  `fn(state, output, batch, *static)`: `state` (a pytree of arrays) is traced where a jitted
+  function takes the metric as an argument, `fn` and `static` (hashable) pick the program."""
+
+  state: Any
+  fn: Callable = dataclasses.field(metadata=dict(static=True))
+  static: tuple = dataclasses.field(default=(), metadata=dict(static=True))
+
+  def __call__(self, out, batch) -> Array:
+    return self.fn(self.state, out, batch, *self.static)
+
+
+def _plain(state, out, batch, fn):
+  del state
+  return fn(out, batch)
+
+
+def as_metric(metric: Metric | Callable) -> Metric:
+  """`metric` as a `Metric` (a plain function is all static: one program per function)."""
+  return metric if isinstance(metric, Metric) else Metric(None, _plain, (metric,))
 
 
 @jax.tree_util.register_dataclass
@@ -105,27 +135,29 @@ def mlm_head(model) -> MLMHead:
 
 
 def logit_difference(head: MLMHead, good: int, bad: int, position: int | None = 0,
-                     mask_id: int | None = None):
+                     mask_id: int | None = None) -> Metric:
   """`metric(output, batch) -> [B]`: the head's logit of `good` minus `bad` at `position`
   (0: [CLS]), or, with `position=None`, at each example's first `mask_id` token (NaN for an
   example without one)."""
   if position is None and mask_id is None:
     # caller's argument
     raise ValueError("logit_difference: give a position, or position=None and the mask_id.")
+  return Metric(dict(head=head, tokens=jnp.array([good, bad])), _logit_difference,
+                (position, mask_id))
 
-  def metric(out, batch):
-    h = out.hidden_states[-1]
-    found = jnp.ones(h.shape[0], bool)
-    if position is None:
-      is_mask = jnp.asarray(batch["input_ids"]) == mask_id
-      found = is_mask.any(1)
-      at = jnp.argmax(is_mask, axis=1)
-      h = jnp.take_along_axis(h, at[:, None, None], axis=1)[:, 0]
-    else:
-      h = h[:, position]
-    lg = head.logits(h, jnp.array([good, bad]))
-    return jnp.where(found, lg[:, 0] - lg[:, 1], jnp.nan)
-  return metric
+
+def _logit_difference(state, out, batch, position, mask_id) -> Array:
+  h = out.hidden_states[-1]
+  found = jnp.ones(h.shape[0], bool)
+  if position is None:
+    is_mask = jnp.asarray(batch["input_ids"]) == mask_id
+    found = is_mask.any(1)
+    at = jnp.argmax(is_mask, axis=1)
+    h = jnp.take_along_axis(h, at[:, None, None], axis=1)[:, 0]
+  else:
+    h = h[:, position]
+  lg = state["head"].logits(h, state["tokens"])
+  return jnp.where(found, lg[:, 0] - lg[:, 1], jnp.nan)
 
 
 def probe_logits(module, params, out, batch) -> Array:
@@ -134,30 +166,35 @@ def probe_logits(module, params, out, batch) -> Array:
   return module.apply({"params": params}, feats, batch["attention_mask"], deterministic=True)
 
 
-def probe_logit_difference(module, params, good: int, bad: int):
+def probe_logit_difference(module, params, good: int, bad: int) -> Metric:
   """`metric(output, batch) -> [B]`: a sentence probe's logit of class `good` minus `bad`
   (`papa.probe.restore_baseline` gives a finished workdir's probe)."""
-  def metric(out, batch):
-    logits = probe_logits(module, params, out, batch)
-    return logits[:, good] - logits[:, bad]
-  return metric
+  return Metric(params, _probe_logit_difference, (module, good, bad))
 
 
-def probe_loss(module, params):
+def _probe_logit_difference(params, out, batch, module, good, bad) -> Array:
+  logits = probe_logits(module, params, out, batch)
+  return logits[:, good] - logits[:, bad]
+
+
+def probe_loss(module, params) -> Metric:
   """`metric(output, batch) -> [B]`: the probe's loss per example on `batch["labels"]` (the
   task's loss: cross-entropy, or squared error for regression; tagging: summed over the
   scored tokens)."""
-
-  def metric(out, batch):
-    logits = probe_logits(module, params, out, batch)
-    return probes.example_losses(module.kind, logits, batch["labels"])
-  return metric
+  return Metric(params, _probe_loss, (module,))
 
 
-def probe_log_prob(module, params):
+def _probe_loss(params, out, batch, module) -> Array:
+  return probes.example_losses(module.kind, probe_logits(module, params, out, batch),
+                               batch["labels"])
+
+
+def probe_log_prob(module, params) -> Metric:
   """`metric(output, batch) -> [B]`: a classification probe's log-probability of class
   `batch["target_class"]` (e.g. the class it gives the clean sentence)."""
-  def metric(out, batch):
-    logp = jax.nn.log_softmax(probe_logits(module, params, out, batch), -1)
-    return jnp.take_along_axis(logp, jnp.asarray(batch["target_class"])[:, None], 1)[:, 0]
-  return metric
+  return Metric(params, _probe_log_prob, (module,))
+
+
+def _probe_log_prob(params, out, batch, module) -> Array:
+  logp = jax.nn.log_softmax(probe_logits(module, params, out, batch), -1)
+  return jnp.take_along_axis(logp, jnp.asarray(batch["target_class"])[:, None], 1)[:, 0]

@@ -19,7 +19,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from typing import Callable
 
 import jax
 import jax.numpy as jnp
@@ -28,15 +27,16 @@ from jax.sharding import Mesh
 
 from papa_jax import parallel
 from papa_jax.attention import SITE_AXES, SITES, AttentionOverride
+from papa_jax.causal.metrics import Metric, as_metric
 from papa_jax.interventions import Add, Patch, StopGradient
 from papa_jax.models.capture import Capture, EncoderOutput
 from papa_jax.models.encoder import run_from
 from papa_jax.progress import Progress
 
 Array = jax.Array
-Metric = Callable[[EncoderOutput, dict], Array]
-"""`metric(output, batch) -> [B]`: one number per example of a run (a logit difference, a
-loss); a pure jax function of the encoder's output and the batch's arrays."""
+# A metric, `metric(output, batch) -> [B]`: one number per example of a run (a logit
+# difference, a loss); a `metrics.Metric` (its arrays traced: one program per shape) or any pure
+# jax function of the encoder's output and the batch's arrays (one program per function).
 ABLATIONS = ("zero", "mean", "resample")
 ATTRIBUTIONS = ("atp", "grad_drop")  # attribution_patch's methods.
 
@@ -147,21 +147,21 @@ def earlier_rows(hidden: Array, example: Array, layer: int) -> list[Array]:
   return [hidden[i][example] for i in range(layer + 1)]
 
 
-@functools.partial(jax.jit, static_argnames=("module", "metric", "site", "layer", "mesh"))
-def _patched(module, params, hidden: Array, source: Array, batch: dict, example, positions,
-             heads, *, metric: Metric, site: str, layer: int, mesh=None) -> Array:
+@functools.partial(jax.jit, static_argnames=("module", "site", "layer", "mesh"))
+def _patched(module, params, hidden: Array, source: Array, metric: Metric, batch: dict, example,
+             positions, heads, *, site: str, layer: int, mesh=None) -> Array:
   """`metric` of the rows of `batch` (examples tiled per target; row r is example
   `example[r]`) with `source[layer, example]` patched in at `layer`: the encoder runs from
   `layer` on, from the target run's input to it (`hidden`: the earlier layers are the target
   run's, so nothing before is recomputed). Rows split over `mesh` (`parallel.over_rows`)."""
-  def rows(params, hidden, source, batch, example, positions, heads):
+  def rows(params, hidden, source, metric, batch, example, positions, heads):
     layers = jnp.full(positions.shape, layer, jnp.int32)
     patch = Patch(source[layer][example], layers, positions, heads, site=site)
     out = run_from(module, params, batch, earlier_rows(hidden, example, layer),
                    AttentionOverride.intervene(patch), layer)
     return metric(out, batch)
-  return parallel.over_rows(rows, mesh, shared=3)(params, hidden, source, batch, example,
-                                                  positions, heads)
+  return parallel.over_rows(rows, mesh, shared=4)(params, hidden, source, metric, batch,
+                                                  example, positions, heads)
 
 
 def layer_groups(start_layers: np.ndarray, arrays: dict, chunk: int, devices: int = 1
@@ -205,7 +205,7 @@ def sweep(model, batch: dict, source: Array, site: str, targets: Targets, metric
   if source.shape[1] != n:
     # caller's argument
     raise ValueError(f"source has {source.shape[1]} examples; the batch {n}.")
-  arrays = _arrays(batch)
+  arrays, metric = _arrays(batch), as_metric(metric)
   layers = np.asarray(targets.layers)
   out = None
   hidden = _hidden(model.module, model.params, arrays, layer=max(int(layers.max()), 0))
@@ -222,8 +222,8 @@ def sweep(model, batch: dict, source: Array, site: str, targets: Targets, metric
         p = np.zeros(chunk, np.int32)
         p[:len(part)] = np.asarray(full)[part]
         rows.append(jnp.asarray(np.repeat(p, n)))
-      vals = _patched(model.module, model.params, hidden, source, tiled, example, *rows,
-                      metric=metric, site=site, layer=layer, mesh=mesh)
+      vals = _patched(model.module, model.params, hidden, source, metric, tiled, example, *rows,
+                      site=site, layer=layer, mesh=mesh)
       vals = np.asarray(vals).reshape(chunk, n)
       if out is None:
         out = np.empty((len(targets), n), vals.dtype)
@@ -237,21 +237,21 @@ def sweep(model, batch: dict, source: Array, site: str, targets: Targets, metric
   return out
 
 
-@functools.partial(jax.jit, static_argnames=("module", "metric"))
-def _metric(module, params, batch: dict, *, metric: Metric) -> Array:
+@functools.partial(jax.jit, static_argnames=("module",))
+def _metric(module, params, batch: dict, metric: Metric) -> Array:
   return metric(_run(module, params, batch, None), batch)
 
 
 def run_metric(model, batch: dict, metric: Metric) -> np.ndarray:
   """`metric` of the unpatched run, `[B]`."""
-  return np.asarray(_metric(model.module, model.params, _arrays(batch), metric=metric))
+  return np.asarray(_metric(model.module, model.params, _arrays(batch), as_metric(metric)))
 
 
 GRAD_DROP_SITES = ("attention_output", "mlp_output")  # A layer's block outputs.
 
 
-@functools.partial(jax.jit, static_argnames=("module", "metric", "sites", "drop"))
-def _attribution(module, params, batch: dict, source: dict, *, metric: Metric,
+@functools.partial(jax.jit, static_argnames=("module", "sites", "drop"))
+def _attribution(module, params, batch: dict, source: dict, metric: Metric, *,
                  sites: tuple[str, ...], drop: int = -1) -> dict[str, Array]:
   """AtP at every site of `source` from one forward and one backward pass: per site,
   `(source - activation) * gradient` summed over features, `[layers, B, L, H]`; with `drop`
@@ -280,8 +280,8 @@ def _attribution(module, params, batch: dict, source: dict, *, metric: Metric,
   return out
 
 
-@functools.partial(jax.jit, static_argnames=("module", "metric", "site"))
-def _gradients(module, params, batch: dict, zeros: Array, *, metric: Metric, site: str) -> Array:
+@functools.partial(jax.jit, static_argnames=("module", "site"))
+def _gradients(module, params, batch: dict, zeros: Array, metric: Metric, *, site: str) -> Array:
   def total(delta):
     return metric(_run(module, params, batch, Add(delta, site=site)), batch).sum()
   return jax.grad(total)(zeros)
@@ -294,7 +294,7 @@ def gradients(model, batch: dict, site: str, metric: Metric) -> Array:
   shape = jax.eval_shape(functools.partial(_activations, model.module, sites=(_field(site),)),
                          model.params, arrays)[site]  # The shape alone: no forward pass.
   return _gradients(model.module, model.params, arrays, jnp.zeros(shape.shape, shape.dtype),
-                    metric=metric, site=site)
+                    as_metric(metric), site=site)
 
 
 def attribution(model, batch: dict, source: dict[str, Array], metric: Metric, *,
@@ -306,8 +306,8 @@ def attribution(model, batch: dict, source: dict[str, Array], metric: Metric, *,
   (`at_targets`). `drop` >= 0: with no gradient through that layer's attention and MLP
   outputs (the residual still carries it; `grad_drop`)."""
   sites = tuple(_field(site) for site in source)
-  out = _attribution(model.module, model.params, _arrays(batch), dict(source), metric=metric,
-                     sites=sites, drop=drop)
+  out = _attribution(model.module, model.params, _arrays(batch), dict(source),
+                     as_metric(metric), sites=sites, drop=drop)
   return {site: np.asarray(v) for site, v in out.items()}
 
 

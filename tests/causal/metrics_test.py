@@ -141,3 +141,42 @@ def test_a_finished_workdirs_probe_as_a_metric_equals_its_saved_dev_logits(tmp_p
   from papa_jax.errors import IncompleteWorkdir  # pylint: disable=import-outside-toplevel
   with pytest.raises(IncompleteWorkdir, match="config.json does not exist"):
     probe.restore_baseline(str(tmp_path / "nothing"))
+
+
+@pytest.mark.unit
+def test_probes_of_one_shape_share_each_sweeps_program(random_hf):
+  """Two probes' metrics (other weights, one shape: one per seed) compile each jitted sweep
+  once, and each gives its own probe's numbers (equal to the same metric as a plain function,
+  which compiles its own)."""
+  import jax  # pylint: disable=import-outside-toplevel
+  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
+  from papa_jax.causal import knockout, patching  # pylint: disable=import-outside-toplevel
+  from papa_jax.probing import probes  # pylint: disable=import-outside-toplevel
+  model = random_hf("bert")[1]
+  c = model.config
+  ids, mask = hf_oracle.padded_batch(c.vocab_size, (7, 5), 7, c.pad_token_id, 0)
+  batch = dict(input_ids=np.asarray(ids, np.int32), attention_mask=np.asarray(mask, np.int32))
+  module = probes.make_probe("classification", 3, c.hidden_size, 0.0)
+  feats = jnp.zeros((2, c.num_layers + 1, 7, c.hidden_size))
+  params = [module.init(jax.random.PRNGKey(s), feats, batch["attention_mask"],
+                        deterministic=True)["params"] for s in (0, 1)]
+  zero = np.zeros((c.num_layers, 2, 7, c.hidden_size), np.float32)
+  targets = pj.Targets(np.array([1, 1]), np.array([1, 3]), np.array([-1, -1]))
+  blocked = np.zeros((2, 2, 7, 7), bool)
+  blocked[1, :, :, 0] = True  # Every query's edge to [CLS].
+  jitted = (patching._patched, knockout._knocked, patching._metric)  # pylint: disable=protected-access
+  runs, sizes = [], []
+  for p in params:
+    metric = metrics.probe_logit_difference(module, p, 2, 0)
+    runs.append((patching.sweep(model, batch, zero, "residual_out", targets, metric),
+                 knockout.sweep(model, batch, blocked, [(1, 1)], metric),
+                 patching.run_metric(model, batch, metric)))
+    sizes.append([f._cache_size() for f in jitted])  # pylint: disable=protected-access
+  assert sizes[0] == sizes[1], sizes
+  plain = lambda out, b: metrics.probe_logit_difference(module, params[1], 2, 0)(out, b)
+  want = (patching.sweep(model, batch, zero, "residual_out", targets, plain),
+          patching.run_metric(model, batch, plain))
+  for got, expected in zip(runs[1][::2], want):
+    np.testing.assert_allclose(got, expected, atol=1e-6)
+  for got, other in zip(runs[1], runs[0]):
+    assert np.abs(got - other).max() > 1e-4  # Another probe, other numbers.

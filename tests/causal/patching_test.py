@@ -11,7 +11,7 @@ import pytest
 
 import papa_jax as pj
 from papa_jax import parallel
-from papa_jax.causal import patching
+from papa_jax.causal import metrics, patching
 from tests import hf_oracle
 
 L, LENGTHS = 12, (12, 9, 8)
@@ -251,8 +251,8 @@ def test_a_sweep_split_over_eight_devices_equals_one_device(random_hf, caplog):
   assert chunk == 8 and len(tiled["example"]) == 24 and len(groups) == model.config.num_layers
   example = tiled.pop("example")
   rows = patching._patched(  # pylint: disable=protected-access
-      model.module, model.params, source, source, tiled, example, example, example,
-      metric=_two_layer_metric, site="residual_out", layer=1, mesh=mesh)
+      model.module, model.params, source, source, metrics.as_metric(_two_layer_metric), tiled,
+      example, example, example, site="residual_out", layer=1, mesh=mesh)
   assert rows.shape == (24,) and len(rows.sharding.device_set) == 8
 
 
