@@ -120,6 +120,24 @@ def over_rows(fn: Callable, mesh: Mesh | None, shared: int) -> Callable:
   return call
 
 
+def local_part(mesh: Mesh | None) -> Mesh | None:
+  """This process's devices of `mesh` (`mesh` itself in one process; None for None)."""
+  if mesh is None or jax.process_count() == 1:
+    return mesh
+  mine = [d for d in mesh.devices.flat if d.process_index == jax.process_index()]
+  return Mesh(np.asarray(mine), mesh.axis_names)
+
+
+def gather_owned(rows: np.ndarray, owner: np.ndarray) -> np.ndarray:
+  """Row `t` of `rows` as process `owner[t]` computed it, on every process (each process
+  filled its own rows; one all-gather). `rows` itself in one process."""
+  if jax.process_count() == 1:
+    return rows
+  from jax.experimental import multihost_utils  # pylint: disable=import-outside-toplevel
+  every = np.asarray(multihost_utils.process_allgather(rows))  # [processes, T, ...]
+  return every[np.asarray(owner), np.arange(len(owner))]
+
+
 def is_main_process() -> bool:
   return jax.process_index() == 0
 

@@ -25,8 +25,9 @@ pairs of the change at [CLS], at the substituted positions and at every other re
 per-position records (a position site's change per pair, layer and token, with the pair's
 word pieces: `head_maps.TokenMap`, listed by the explorer),
 `patching/effects.npz` (every pair's changes, its tokens) and `effects.png`; resumes per site.
-The exact sweep's rows split over the mesh's devices (one process; `patching.sweep`); AtP and
-GradDrop run on one device (one forward and backward pass per layer).
+The exact sweep's rows split over each process's devices and its chunks over the processes
+(`patching.sweep`); AtP and GradDrop run on one device (one forward and backward pass per
+layer).
 """
 
 from __future__ import annotations

@@ -18,8 +18,8 @@ import numpy as np
 from papa_jax import parallel
 from papa_jax.attention import AttentionOverride
 from papa_jax.causal.metrics import Metric, as_metric
-from papa_jax.causal.patching import (_arrays, _hidden, earlier_rows, layer_groups, local_mesh,
-                                      run_metric)
+from papa_jax.causal.patching import (_arrays, _hidden, earlier_rows, layer_groups,
+                                      process_chunks, run_metric)
 from papa_jax.interventions import KNOCKOUT_RULES, Knockout
 from papa_jax.models.encoder import run_from
 from papa_jax.progress import Progress
@@ -69,9 +69,10 @@ def sweep(model, batch: dict, blocked: np.ndarray, windows, metric: Metric, *,
     rule: `Knockout.rule` ("renormalize" or "zero").
     chunk: at most this many targets' rows per call (evened over the largest group; a group's
       last chunk is padded with targets that block nothing, and the padding dropped).
-    mesh: this process's devices, to split each call's rows over (data-parallel; `chunk`
-      rounded up so that they split evenly); None: one device.
-    desc: progress lines (targets done, rate, ETA) under this label; "" for none.
+    mesh: the devices to split each call's rows over (this process's of them; data-parallel,
+      `chunk` rounded up so that they split evenly); None: one device. Over several
+      processes, each runs every P-th chunk and the results are gathered on every process.
+    desc: progress lines (this process's targets done, rate, ETA) under this label; "" for none.
   """
   if rule not in KNOCKOUT_RULES:
     # caller's argument
@@ -90,30 +91,28 @@ def sweep(model, batch: dict, blocked: np.ndarray, windows, metric: Metric, *,
   cls = np.tile(np.arange(classes), len(w))
   if not len(firsts):
     return np.empty((0, classes, n), np.float32)
-  out = None
   hidden = _hidden(model.module, model.params, arrays, layer=int(firsts.max()))
-  mesh = local_mesh(mesh)
+  mesh = parallel.local_part(mesh)
   groups, chunk, tiled = layer_groups(firsts, arrays, chunk, 1 if mesh is None else mesh.size)
   example = tiled.pop("example")
-  prog = Progress(desc, len(firsts), unit="targets", every=1) if desc else None
-  for idx in groups:
-    first = int(firsts[idx[0]])
-    for start in range(0, len(idx), chunk):
-      part = idx[start:start + chunk]
-      last = np.full(chunk, -1, np.int32)  # Padding targets: an empty window.
-      last[:len(part)] = lasts[part]
-      which = np.zeros(chunk, np.int64)
-      which[:len(part)] = cls[part]
-      rows = blocked[which].reshape((chunk * n, length, length))
-      vals = _knocked(model.module, model.params, hidden, metric, tiled, example,
-                      jnp.asarray(rows), jnp.asarray(np.repeat(last, n)), rule=rule, first=first,
-                      mesh=mesh)
-      vals = np.asarray(vals).reshape(chunk, n)
-      if out is None:
-        out = np.empty((len(firsts), n), vals.dtype)
-      out[part] = vals[:len(part)]
-      if prog:
-        prog.update(len(part))
+  parts, owner = process_chunks(groups, chunk, len(firsts))
+  out, dtype = np.zeros((len(firsts), n), np.float64), None
+  prog = (Progress(desc, sum(map(len, parts)), unit="targets", every=1)
+          if desc and parts else None)
+  for part in parts:
+    last = np.full(chunk, -1, np.int32)  # Padding targets: an empty window.
+    last[:len(part)] = lasts[part]
+    which = np.zeros(chunk, np.int64)
+    which[:len(part)] = cls[part]
+    rows = blocked[which].reshape((chunk * n, length, length))
+    vals = _knocked(model.module, model.params, hidden, metric, tiled, example,
+                    jnp.asarray(rows), jnp.asarray(np.repeat(last, n)), rule=rule,
+                    first=int(firsts[part[0]]), mesh=mesh)
+    vals = np.asarray(vals).reshape(chunk, n)
+    out[part], dtype = vals[:len(part)], vals.dtype
+    if prog:
+      prog.update(len(part))
+  out = parallel.gather_owned(out, owner).astype(dtype or jnp.result_type(float))
   return out.reshape(len(w), classes, n)
 
 

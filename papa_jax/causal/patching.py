@@ -182,10 +182,16 @@ def layer_groups(start_layers: np.ndarray, arrays: dict, chunk: int, devices: in
   return groups, chunk, tiled
 
 
-def local_mesh(mesh) -> Mesh | None:
-  """`mesh` where a sweep can split its rows over it (one process), else None (each process
-  runs the whole sweep)."""
-  return mesh if mesh is not None and jax.process_count() == 1 else None
+def process_chunks(groups: list[np.ndarray], chunk: int, count: int
+                   ) -> tuple[list[np.ndarray], np.ndarray]:
+  """The chunks of target indices (`chunk` at a time within each group, in order) that this
+  process runs, chunk k on process k mod P, and each of the `count` targets' process (0 for
+  those in no group: every process runs them)."""
+  parts = [idx[s:s + chunk] for idx in groups for s in range(0, len(idx), chunk)]
+  owner, procs = np.zeros(count, np.int32), jax.process_count()
+  for k, part in enumerate(parts):
+    owner[part] = k % procs
+  return parts[jax.process_index()::procs], owner
 
 
 def sweep(model, batch: dict, source: Array, site: str, targets: Targets, metric: Metric, *,
@@ -198,43 +204,42 @@ def sweep(model, batch: dict, source: Array, site: str, targets: Targets, metric
   positions and heads.
   The rows of one call are at most `chunk` targets times the batch's B examples (the size
   evened out over the largest layer's targets; a group's last chunk is padded with position
-  and head 0, and the padding dropped). With `mesh` (this process's devices), each call's rows
-  are split over its devices (data-parallel; `chunk` rounded up so that they split evenly).
-  `desc`: progress lines (targets done, rate, ETA) under this label; "" for none."""
+  and head 0, and the padding dropped). With `mesh`, each call's rows are split over this
+  process's devices of it (data-parallel; `chunk` rounded up so that they split evenly); over
+  several processes, each runs every P-th chunk and the results are gathered on every process.
+  `desc`: progress lines (this process's targets done, rate, ETA) under this label; "" for
+  none."""
   n = batch["input_ids"].shape[0]
   if source.shape[1] != n:
     # caller's argument
     raise ValueError(f"source has {source.shape[1]} examples; the batch {n}.")
   arrays, metric = _arrays(batch), as_metric(metric)
   layers = np.asarray(targets.layers)
-  out = None
   hidden = _hidden(model.module, model.params, arrays, layer=max(int(layers.max()), 0))
-  mesh = local_mesh(mesh)
+  mesh = parallel.local_part(mesh)
   groups, chunk, tiled = layer_groups(layers, arrays, chunk, 1 if mesh is None else mesh.size)
   example = tiled.pop("example")
-  prog = Progress(desc, len(targets), unit="targets", every=1) if desc else None
-  for idx in groups:
-    layer = int(layers[idx[0]])
-    for start in range(0, len(idx), chunk):
-      part = idx[start:start + chunk]
-      rows = []
-      for full in (targets.positions, targets.heads):
-        p = np.zeros(chunk, np.int32)
-        p[:len(part)] = np.asarray(full)[part]
-        rows.append(jnp.asarray(np.repeat(p, n)))
-      vals = _patched(model.module, model.params, hidden, source, metric, tiled, example, *rows,
-                      site=site, layer=layer, mesh=mesh)
-      vals = np.asarray(vals).reshape(chunk, n)
-      if out is None:
-        out = np.empty((len(targets), n), vals.dtype)
-      out[part] = vals[:len(part)]
-      if prog:
-        prog.update(len(part))
-  if out is None or (layers < 0).any():  # Targets at layer -1 patch nothing.
+  parts, owner = process_chunks(groups, chunk, len(targets))
+  out, dtype = np.zeros((len(targets), n), np.float64), None
+  prog = (Progress(desc, sum(map(len, parts)), unit="targets", every=1)
+          if desc and parts else None)
+  for part in parts:
+    rows = []
+    for full in (targets.positions, targets.heads):
+      p = np.zeros(chunk, np.int32)
+      p[:len(part)] = np.asarray(full)[part]
+      rows.append(jnp.asarray(np.repeat(p, n)))
+    vals = _patched(model.module, model.params, hidden, source, metric, tiled, example, *rows,
+                    site=site, layer=int(layers[part[0]]), mesh=mesh)
+    vals = np.asarray(vals).reshape(chunk, n)
+    out[part], dtype = vals[:len(part)], vals.dtype
+    if prog:
+      prog.update(len(part))
+  out = parallel.gather_owned(out, owner)
+  if (layers < 0).any():  # Targets at layer -1 patch nothing.
     base = run_metric(model, batch, metric)
-    out = np.empty((len(targets), n), base.dtype) if out is None else out
-    out[layers < 0] = base
-  return out
+    out[layers < 0], dtype = base, base.dtype
+  return out.astype(dtype or jnp.result_type(float))
 
 
 @functools.partial(jax.jit, static_argnames=("module",))
