@@ -178,3 +178,30 @@ def test_multiprocess_sigterm_to_one_host_stops_every_host_at_the_same_step(tmp_
   eb = json.load(open(two / "effective" / "stats.json"))
   assert ea["count/all"] == eb["count/all"]
   np.testing.assert_allclose(eb["null_ratio/all"], ea["null_ratio/all"], atol=2e-5)
+
+
+def test_multiprocess_optimal_constants_equal_single_process(tmp_path):
+  """The loss-optimal constants' fit and the probes on them from two processes (one device
+  each) equal one process with two devices (the same mesh): the fit's held-out losses, the
+  constants it chose and every probe score."""
+  require_model(SMALL_MODEL)
+  one, two = tmp_path / "one", tmp_path / "two"
+  flags = ("--config.data.max_train_examples=64", "--config.papa.fractions=(0.0,1.0)",
+           "--config.papa.seeds=(1,)", "--config.papa.variants=raw,optimal",
+           "--config.sort.max_train_examples=-1", "--config.optimal.epochs=2")
+  _run(_small_run(one, *flags), env=_env(devices=2), timeout=900)
+  _run_two_processes(lambda pid, port: _small_run(two, *flags, *_distributed(port, pid)))
+  rows_a, res_a = _results(one)
+  rows_b, res_b = _results(two)
+  assert rows_a == rows_b and any("optimal" in str(r) for r in rows_a), rows_a
+  assert res_b["processes"] == 2
+  for ra, rb in zip(res_a["rows"], res_b["rows"]):
+    assert ra["score"] == pytest.approx(rb["score"], abs=1e-6), (ra["run"], rb["run"])
+  sa, sb = (np.load(w / "optimal" / "selection.npz") for w in (one, two))
+  ra, rb = json.loads(str(sa["record"])), json.loads(str(sb["record"]))
+  assert len(ra["held_out_loss"]) == 3  # The mean it starts at, then two epochs.
+  for key in ("train_loss", "held_out_loss"):
+    np.testing.assert_allclose(rb[key], ra[key], rtol=1e-5, err_msg=key)
+  np.testing.assert_allclose(sb["logits"], sa["logits"], atol=1e-5)
+  np.testing.assert_allclose(np.load(two / "means" / "means_optimal.npz")["avgs"],
+                             np.load(one / "means" / "means_optimal.npz")["avgs"], atol=1e-6)

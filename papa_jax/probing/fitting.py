@@ -66,16 +66,18 @@ def predict(eval_fn, params, encoder: FrozenEncoder, data, mesh, batch_size: int
 
 
 @functools.lru_cache(maxsize=8)
-def _eval_fn(probe: nn.Module):
-  """The jitted eval step of `probe` (one per probe module, so repeated calls reuse it)."""
-  return jax.jit(make_eval_step(probe))
+def _eval_fn(probe: nn.Module, mesh):
+  """The jitted eval step of `probe` on `mesh`, its outputs replicated so every process can
+  read them (one per probe module and mesh, so repeated calls reuse it)."""
+  repl, shard = parallel.replicated(mesh), parallel.batch_sharding(mesh)
+  return jax.jit(make_eval_step(probe), in_shardings=(repl, shard, repl), out_shardings=repl)
 
 
 def data_loss(probe: nn.Module, params, encoder: FrozenEncoder, data, mesh,
               batch_size: int) -> float:
   """The probe's mean loss over `data` (tokens for tagging), deterministic (no dropout), with
   `params`' trainable override arrays in the encoder."""
-  out = predict(_eval_fn(probe), params, encoder, data, mesh, batch_size)
+  out = predict(_eval_fn(probe, mesh), params, encoder, data, mesh, batch_size)
   labels = np.asarray(data.labels)
   return float(probes.loss_fn(probe.kind, jnp.asarray(out), jnp.asarray(labels),
                               jnp.ones(len(labels), bool))[0])
