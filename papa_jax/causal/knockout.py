@@ -19,10 +19,9 @@ from papa_jax import parallel
 from papa_jax.attention import AttentionOverride
 from papa_jax.causal.metrics import Metric, as_metric
 from papa_jax.causal.patching import (_arrays, _hidden, earlier_rows, layer_groups,
-                                      process_chunks, run_metric)
+                                      run_chunks, run_metric)
 from papa_jax.interventions import KNOCKOUT_RULES, Knockout
 from papa_jax.models.encoder import run_from
-from papa_jax.progress import Progress
 
 Array = jax.Array
 
@@ -95,24 +94,17 @@ def sweep(model, batch: dict, blocked: np.ndarray, windows, metric: Metric, *,
   mesh = parallel.local_part(mesh)
   groups, chunk, tiled = layer_groups(firsts, arrays, chunk, 1 if mesh is None else mesh.size)
   example = tiled.pop("example")
-  parts, owner = process_chunks(groups, chunk, len(firsts))
-  out, dtype = np.zeros((len(firsts), n), np.float64), None
-  prog = (Progress(desc, sum(map(len, parts)), unit="targets", every=1)
-          if desc and parts else None)
-  for part in parts:
+
+  def call(part):
     last = np.full(chunk, -1, np.int32)  # Padding targets: an empty window.
     last[:len(part)] = lasts[part]
     which = np.zeros(chunk, np.int64)
     which[:len(part)] = cls[part]
     rows = blocked[which].reshape((chunk * n, length, length))
-    vals = _knocked(model.module, model.params, hidden, metric, tiled, example,
+    return _knocked(model.module, model.params, hidden, metric, tiled, example,
                     jnp.asarray(rows), jnp.asarray(np.repeat(last, n)), rule=rule,
                     first=int(firsts[part[0]]), mesh=mesh)
-    vals = np.asarray(vals).reshape(chunk, n)
-    out[part], dtype = vals[:len(part)], vals.dtype
-    if prog:
-      prog.update(len(part))
-  out = parallel.gather_owned(out, owner).astype(dtype or jnp.result_type(float))
+  out = run_chunks(groups, chunk, len(firsts), n, call, desc)
   return out.reshape(len(w), classes, n)
 
 

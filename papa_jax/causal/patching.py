@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+from typing import Callable
 
 import jax
 import jax.numpy as jnp
@@ -194,6 +195,23 @@ def process_chunks(groups: list[np.ndarray], chunk: int, count: int
   return parts[jax.process_index()::procs], owner
 
 
+def run_chunks(groups: list[np.ndarray], chunk: int, count: int, n: int,
+               call: Callable[[np.ndarray], Array], desc: str = "") -> np.ndarray:
+  """`call(part) -> [chunk * n]` (a padded chunk of target indices, examples within) on this
+  process's chunks (`process_chunks`), with progress lines under `desc` ("" for none); the
+  `[count, n]` rows gathered on every process (0 for targets in no group)."""
+  parts, owner = process_chunks(groups, chunk, count)
+  out, dtype = np.zeros((count, n), np.float64), None
+  prog = (Progress(desc, sum(map(len, parts)), unit="targets", every=1)
+          if desc and parts else None)
+  for part in parts:
+    vals = np.asarray(call(part)).reshape(chunk, n)
+    out[part], dtype = vals[:len(part)], vals.dtype
+    if prog:
+      prog.update(len(part))
+  return parallel.gather_owned(out, owner).astype(dtype or jnp.result_type(float))
+
+
 def sweep(model, batch: dict, source: Array, site: str, targets: Targets, metric: Metric, *,
           chunk: int = 16, mesh: Mesh | None = None, desc: str = "") -> np.ndarray:
   """Exact activation patching: `metric` on `batch` with `source[layer]` (`[layers, B, ...]`,
@@ -219,27 +237,19 @@ def sweep(model, batch: dict, source: Array, site: str, targets: Targets, metric
   mesh = parallel.local_part(mesh)
   groups, chunk, tiled = layer_groups(layers, arrays, chunk, 1 if mesh is None else mesh.size)
   example = tiled.pop("example")
-  parts, owner = process_chunks(groups, chunk, len(targets))
-  out, dtype = np.zeros((len(targets), n), np.float64), None
-  prog = (Progress(desc, sum(map(len, parts)), unit="targets", every=1)
-          if desc and parts else None)
-  for part in parts:
+
+  def call(part):
     rows = []
     for full in (targets.positions, targets.heads):
       p = np.zeros(chunk, np.int32)
       p[:len(part)] = np.asarray(full)[part]
       rows.append(jnp.asarray(np.repeat(p, n)))
-    vals = _patched(model.module, model.params, hidden, source, metric, tiled, example, *rows,
+    return _patched(model.module, model.params, hidden, source, metric, tiled, example, *rows,
                     site=site, layer=int(layers[part[0]]), mesh=mesh)
-    vals = np.asarray(vals).reshape(chunk, n)
-    out[part], dtype = vals[:len(part)], vals.dtype
-    if prog:
-      prog.update(len(part))
-  out = parallel.gather_owned(out, owner)
+  out = run_chunks(groups, chunk, len(targets), n, call, desc)
   if (layers < 0).any():  # Targets at layer -1 patch nothing.
-    base = run_metric(model, batch, metric)
-    out[layers < 0], dtype = base, base.dtype
-  return out.astype(dtype or jnp.result_type(float))
+    out[layers < 0] = run_metric(model, batch, metric)
+  return out
 
 
 @functools.partial(jax.jit, static_argnames=("module",))

@@ -45,7 +45,7 @@ def main(out: str, processes: int, pid: int, port: int) -> None:
     mine, owner = chunks(*args)
     ran.append(len(mine))
     return mine, owner
-  patching.process_chunks = knockout.process_chunks = counted
+  patching.process_chunks = counted  # Both sweeps run their chunks through it.
   got = dict(patched=patching.sweep(model, batch, zero, "context", targets, metric, chunk=2,
                                      mesh=mesh),
              knocked=knockout.sweep(model, batch, blocked, [(0, 0), (1, 2), (2, 2)], metric,
