@@ -230,8 +230,7 @@ def _fit_group(name: str, probe: nn.Module, encoder: FrozenEncoder, tx, cfgs: li
     state = states[0]
     train_step = jax.jit(make_train_step(probe, tx, cfg.seed), in_shardings=(repl, shard, repl),
                          out_shardings=(repl, repl), donate_argnums=0)
-    eval_fn = jax.jit(make_eval_step(probe), in_shardings=(repl, shard, repl),
-                      out_shardings=repl)
+    eval_fn = _eval_fn(probe, mesh)
     step_fn = lambda st, batch: (lambda s, loss: (s, loss[None]))(*train_step(st, batch,
                                                                                encoder))
     epoch_batches = lambda e, s0: device_batches(train_data, table, cfg.batch_size, mesh,
