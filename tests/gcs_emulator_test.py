@@ -11,7 +11,8 @@ One gap of the emulator is filled here: GCS answers a media download with the
 object's generation in an `x-goog-generation` header, which tensorstore reads
 (and rejects as a malformed generation when absent); the emulator omits it.
 The emulator also ignores preconditions (`ifGenerationMatch`), which a single
-writer per object, as here, does not need.
+writer per object, as here, does not need; the lease's races are tested against
+fake-gcs-server, which checks them (tests/lease_race_test.py).
 """
 
 import contextlib

@@ -218,6 +218,13 @@ def _remote(path: str) -> Iterator[epath.Path]:
         f"Credentials checked: {credentials(scheme)}. {_offline(scheme)}") from e
 
 
+@contextlib.contextmanager
+def access(path: str) -> Iterator[None]:
+  """What `_remote` does around a call made outside `epath` (a conditional write)."""
+  with _remote(path):
+    yield
+
+
 def exists(path: str) -> bool:
   if is_local(path):
     return os.path.exists(path)
