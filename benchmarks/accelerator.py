@@ -5,7 +5,7 @@
 
 Loops (a randomly initialised BERT-base-sized encoder; weights do not change speed):
   forward  the dynamic encoder forward, every hidden state out (the fused
-           `jax.nn.dot_product_attention` path where `attention.use_fused_attention()`);
+           `jax.nn.dot_product_attention` path where `backend.use_fused_attention()`);
   means    the attention-means step: forward with every attention map captured
            and the masked sums (`papa.means.AttentionSums` on `papa_jax.runner`);
   probe    one probe training step with all heads constant (PAPA's fast path:
@@ -38,7 +38,7 @@ from ml_collections import ConfigDict  # noqa: E402
 import papa_jax as pj  # noqa: E402
 from benchmarks import common  # noqa: E402
 from papa_jax.probing import probes, train  # noqa: E402
-from papa_jax import runner  # noqa: E402
+from papa_jax import backend, runner  # noqa: E402
 from papa_jax.models.encoder import init_params  # noqa: E402
 from papa_jax.papa import means  # noqa: E402
 
@@ -222,7 +222,7 @@ def main(argv=None):
   peak = device_peak()
   common.report(f"Accelerator loops ({jax.devices()[0].device_kind}, peak "
                 f"{f'{peak / 1e12:.0f} TFLOP/s bf16' if peak else 'n/a: fraction of a jit matmul'}"
-                f", fused attention {pj.attention.use_fused_attention()})", rows, args.json or None)
+                f", fused attention {backend.use_fused_attention()})", rows, args.json or None)
   return rows
 
 

@@ -20,12 +20,13 @@ so a jitted function recompiles only when those change.
 from __future__ import annotations
 
 import dataclasses
-import os
 from typing import Any, Callable, Protocol, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from papa_jax import backend
 
 Array = jax.Array
 L1_EPS = 1e-12  # torch.nn.functional.normalize's eps, as in the PAPA code.
@@ -114,26 +115,12 @@ def fusion_barrier(x: Array) -> Array:
   than the two matmuls apart (measured on MiniLM shapes, jaxlib 0.10.2).
   `reduce_precision` to the dtype's own bits is an exact identity the pass
   does not absorb (`optimization_barrier` is removed before fusion on CPU).
-  Other backends get `x` untouched: the quirk is CPU-only and unmeasured there.
+  Programs lowered for other platforms get `x` untouched: the quirk is CPU-only.
   """
-  if jax.default_backend() != "cpu":
-    return x
   fi = jnp.finfo(x.dtype)
-  return jax.lax.reduce_precision(x, exponent_bits=fi.nexp, mantissa_bits=fi.nmant)
-
-
-def use_fused_attention() -> bool:
-  """Whether dynamic heads whose probabilities nobody reads use
-  `jax.nn.dot_product_attention` (cuDNN flash attention on GPU, XLA elsewhere).
-
-  On by default on GPU/TPU; off on CPU, where the explicit path with
-  `fusion_barrier` measured faster (benchmarks/RESULTS.md). The environment
-  variable PAPA_FUSED_ATTENTION=1 or 0 overrides the default.
-  """
-  env = os.environ.get("PAPA_FUSED_ATTENTION", "")
-  if env in ("0", "1"):
-    return env == "1"
-  return jax.default_backend() != "cpu"
+  return backend.by_platform(
+      lambda v: jax.lax.reduce_precision(v, exponent_bits=fi.nexp, mantissa_bits=fi.nmant),
+      lambda v: v, x)
 
 
 def merge_heads(parts: Sequence[tuple[Sequence[int], Array]], axis: int = 1) -> Array:
@@ -359,7 +346,7 @@ def attend(
     fused_context: `(heads, values [B, L, h, d]) -> context [B, L, h, d]`
       computed without materialising the probabilities (same masking as
       `dynamic_probs`), used for dynamic heads when nothing needs their
-      probabilities and `use_fused_attention()`.
+      probabilities and `backend.use_fused_attention()`.
 
   Returns:
     `(context [B, L, H, d], probs [B, H, L, L], values [B, L, H, d])`: probs
@@ -375,7 +362,8 @@ def attend(
   dynamic = tuple(h for h in all_heads if h not in static)
   no_probs = not capture and dropout is None and (lo is None or (
       lo.gate_logits is None and not lo.at("probs")))
-  if no_probs and (static or (fused_context is not None and use_fused_attention())):
+  fused = fused_context is not None and backend.fused_attention_setting() is not False
+  if no_probs and (static or fused):
     # Fast path: constant heads without Q/K or softmax, dynamic heads fused when
     # possible; no [B, H, L, L] tensor for constant heads.
     parts = []
@@ -385,11 +373,17 @@ def attend(
     if dynamic:
       didx = np.asarray(dynamic, dtype=np.int32)
       v = values[:, :, didx] if static else values
-      if fused_context is not None and use_fused_attention():
+      def explicit(v):
+        return jnp.einsum("bhqk,bkhd->bqhd", fusion_barrier(
+            dynamic_probs(dynamic)).astype(values.dtype), v)
+
+      if not fused:
+        parts.append((dynamic, explicit(v)))
+      elif backend.fused_attention_setting():
         parts.append((dynamic, fused_context(dynamic, v)))
-      else:
-        parts.append((dynamic, jnp.einsum("bhqk,bkhd->bqhd", fusion_barrier(
-            dynamic_probs(dynamic)).astype(values.dtype), v)))
+      else:  # The platform's default: explicit on CPU, fused elsewhere.
+        parts.append((dynamic, backend.by_platform(
+            explicit, lambda v: fused_context(dynamic, v), v)))
     context = merge_heads(parts, axis=2)
     return (lo.apply("context", context, mask) if lo else context), None, values
 

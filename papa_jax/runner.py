@@ -28,6 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 from absl import logging
 
+from papa_jax import backend as backend_lib
 from papa_jax import parallel, preemption
 from papa_jax.workdir import resume
 from papa_jax.data import pipeline
@@ -57,7 +58,8 @@ RowsFn = Callable[[tuple[EncoderOutput, ...], dict], Array]
 
 
 def _weighted_sum(value: Array, weight: Array, backend: str | None = None) -> Array:
-  """`sum_b weight[b] * value[b]` with weight's axes aligned to value's last ones.
+  """`sum_b weight[b] * value[b]` with weight's axes aligned to value's last ones (`backend`
+  forces one platform's path; by default each platform's program takes its own).
 
   On CPU a scan over the batch adding one example at a time (the `[...]`-shaped total
   stays in cache): as an einsum, which XLA lowers to a dot over b batched over every
@@ -71,9 +73,10 @@ def _weighted_sum(value: Array, weight: Array, backend: str | None = None) -> Ar
   def kept(v, wb):
     return jnp.where(wb > 0, v, jnp.zeros((), v.dtype))  # 0 * NaN would be NaN.
 
-  if (backend or jax.default_backend()) != "cpu":
+  def einsum():
     return jnp.einsum(kept(value, w), list(range(nd)), weight, [0, *range(nd - nw + 1, nd)],
                       list(range(1, nd)), precision=jax.lax.Precision.HIGHEST)
+
   dtype = jnp.result_type(value.dtype, weight.dtype)
 
   def term(v, wb):
@@ -82,9 +85,14 @@ def _weighted_sum(value: Array, weight: Array, backend: str | None = None) -> Ar
   def add(total, x):
     return total + term(*x), None
 
-  # The first example starts the total (a zeros start would not carry shard_map's
-  # per-device axis type).
-  return jax.lax.scan(add, term(value[0], w[0]), (value[1:], w[1:]))[0]
+  def scan():
+    # The first example starts the total (a zeros start would not carry shard_map's
+    # per-device axis type).
+    return jax.lax.scan(add, term(value[0], w[0]), (value[1:], w[1:]))[0]
+
+  if backend is not None:  # One path forced (the tests compare them on CPU).
+    return (scan if backend == "cpu" else einsum)()
+  return backend_lib.by_platform(scan, einsum)
 
 
 def _reduce(stats: Mapping[str, Weighted], valid: Array) -> dict[str, Array]:

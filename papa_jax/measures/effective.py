@@ -18,6 +18,8 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from papa_jax import backend
+
 Array = jax.Array
 HIGHEST = jax.lax.Precision.HIGHEST
 
@@ -67,13 +69,16 @@ def range_basis(T: Array, key_mask: Array | None = None, *, rtol: float | None =
     n_valid = jnp.sum(key_mask, axis=-1)
   if method not in ("qr_svd", "svd"):
     raise ValueError(f"Unknown method {method!r}; use 'qr_svd' or 'svd'.")  # caller's argument
-  if T.ndim > 2 and jax.default_backend() == "cpu":
-    # One matrix per LAPACK call: jaxlib fans a batched call out over the
-    # intra-op thread pool, which deadlocks when several (virtual) CPU devices
-    # run it at once. ~15% slower on one device; GPUs/TPUs keep batched calls.
-    flat = T.reshape((-1,) + T.shape[-2:])
-    u, s = jax.lax.map(lambda t: _factor(t, method), flat)
-    u, s = u.reshape(T.shape[:-1] + u.shape[-1:]), s.reshape(T.shape[:-2] + s.shape[-1:])
+  if T.ndim > 2:
+    # One matrix per LAPACK call on CPU: jaxlib fans a batched call out over the intra-op
+    # thread pool, which deadlocks when several (virtual) CPU devices run it at once. ~15%
+    # slower on one device; GPUs/TPUs keep batched calls.
+    def one_by_one(T):
+      flat = T.reshape((-1,) + T.shape[-2:])
+      u, s = jax.lax.map(lambda t: _factor(t, method), flat)
+      return u.reshape(T.shape[:-1] + u.shape[-1:]), s.reshape(T.shape[:-2] + s.shape[-1:])
+
+    u, s = backend.by_platform(one_by_one, lambda T: _factor(T, method), T)
   else:
     u, s = _factor(T, method)
   eps = jnp.finfo(T.dtype).eps

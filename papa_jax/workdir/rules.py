@@ -27,7 +27,7 @@ from typing import Any, Iterator, Mapping, Sequence
 import ml_collections
 from absl import logging
 
-from papa_jax import attention, cpu_tuning
+from papa_jax import backend, cpu_tuning
 from papa_jax.config import schema as config_schema
 from papa_jax.workdir import input_files, lease, storage
 from papa_jax.errors import ConfigError, StorageError, WorkdirError
@@ -271,7 +271,7 @@ def git_revision() -> str | None:
   return rev.stdout.strip() + ("-dirty" if dirty else "") if rev.returncode == 0 else None
 
 
-# Environment variables of this project that can change numbers (`cpu_tuning`, `attention`).
+# Environment variables of this project that can change numbers (`cpu_tuning`, `backend`).
 NUMERIC_ENV = ("PAPA_CPU_TUNING", "PAPA_FUSED_ATTENTION")
 
 
@@ -284,4 +284,4 @@ def provenance() -> dict[str, Any]:
               processes=jax.process_count(), cpu=cpu_tuning.cpu_info(),
               xla_flags=os.environ.get("XLA_FLAGS", ""),
               env={k: os.environ[k] for k in NUMERIC_ENV if k in os.environ},
-              fused_attention=attention.use_fused_attention())
+              fused_attention=backend.use_fused_attention())
