@@ -21,10 +21,11 @@ from __future__ import annotations
 import contextlib
 import time
 
+import jax
 import ml_collections
 from absl import logging
 
-from papa_jax import parallel, registry
+from papa_jax import memory_plan, parallel, registry
 from papa_jax.config import schema as config_schema
 from papa_jax import data as data_lib
 from papa_jax.workdir import rules as workdir_lib
@@ -52,6 +53,7 @@ def run(config: ml_collections.ConfigDict, workdir: str):
   stale = config.run.lease_stale_seconds
   with workdir_lib.lock(workdir, stale) if main else contextlib.nullcontext():
     setup = Setup(config, workdir, tuple(dict.fromkeys(v for s in stages for v in s.inputs)))
+    _check_memory(config, setup, stages)  # Refuses a plan over the device's memory.
     setup.check_inputs()  # Nothing is written before the data has been read and checked.
     # Refuses finished work of another config or other input content (or removes it under
     # `overwrite`) before the stages check the outputs they will reuse.
@@ -71,3 +73,12 @@ def run(config: ml_collections.ConfigDict, workdir: str):
       parallel.sync(f"stage {s.name} written")  # Later stages read what process 0 wrote.
       logging.info("Stage %s finished in %.1fs.", s.name, time.perf_counter() - t0)
   return out
+
+
+def _check_memory(config: ml_collections.ConfigDict, setup: Setup,
+                  stages: tuple[Stage, ...]) -> None:
+  programs = memory_plan.check(
+      config, setup.model.config, setup.model.params, setup.mesh.size,
+      tuple(s.name for s in stages), config_schema.compute_dtype(config, jax.default_backend()))
+  logging.info("Memory plan per device (papa_jax/memory_plan.py): %s.", ", ".join(
+      f"{p.stage} {p.total / 2**30:.2f} GiB" for p in programs))

@@ -153,7 +153,8 @@ def run_stages(work: str) -> None:
            "probe.batch_size": 8, "effective.max_examples": 8, "report.n_boot": 100,
            "papa.fractions": (0.0, 0.5, 1.0), "optimal.epochs": 1, "optimal.probe_epochs": 1}
   sst2 = os.path.join(work, "sst2")
-  common = {"papa.variants": ("raw", "uniform", "optimal"), "patching.max_pairs": 2}
+  common = {"papa.variants": ("raw", "uniform", "optimal"), "patching.max_pairs": 2,
+            "mixing.allow_low_precision": DTYPE[0] != "float32"}
   for stage in (s for s in registry.BY_NAME if s != "linguistic"):
     if stage == "finetune":  # Its own workdir: its data layout differs.
       c = tiny_config(work, **small, stage=stage, **{"finetune.other_model": "splade_tiny",

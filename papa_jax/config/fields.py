@@ -260,6 +260,10 @@ FIELDS: dict[str, Field | Group] = dict(
                     "are trained (kept while they train, for a resumed run)."),
         cache_max_gb=F(8.0, "The feature cache's budget in GB, checked before any stage "
                        "runs."),
+        device_memory_gb=F(0.0, "Memory of one device in GiB that each stage's planned "
+                           "memory (papa_jax/memory_plan.py) is checked against before any "
+                           "work; 0: the device's own reported limit (none on CPU: no "
+                           "check); -1: no check."),
         lease_stale_seconds=F(120.0, "A gs:// workdir's lease without a heartbeat for this "
                               "many seconds, unchanged while watched for half of it, is "
                               "taken over (papa_jax/workdir/lease.py)."),
