@@ -1,6 +1,6 @@
 """MFU of the three hot loops on this machine's default JAX device, and vs HF PyTorch.
 
-  python benchmarks/accelerator.py                 # BERT-base, 256 x 128, bfloat16
+  python benchmarks/accelerator.py                 # BERT-base, 256 x 128, bf16 and float32
   python benchmarks/accelerator.py --small         # a CPU-sized model (CI runs this)
 
 Loops (a randomly initialised BERT-base-sized encoder; weights do not change speed):
@@ -10,7 +10,9 @@ Loops (a randomly initialised BERT-base-sized encoder; weights do not change spe
            and the masked sums (`papa.means.AttentionSums` on `papa_jax.runner`);
   probe    one probe training step with all heads constant (PAPA's fast path:
            no queries or keys), encoder frozen, AdamW on the probe.
-MFU = model FLOPs / time / the device's dense bf16 peak. Model FLOPs are
+Each row also gives the memory plan of the launcher's check (`papa_jax/memory_plan.py`) and,
+where the device reports it (GPU, TPU), its peak memory so far. MFU = model FLOPs / time /
+the device's dense bf16 peak. Model FLOPs are
 counted analytically (matmuls only: projections, FFN, QK^T, AV and the
 probe's dense layers, x3 for the probe's forward and backward); the
 constant-attention forward has no Q/K projections or QK^T. On a CPU there is
@@ -38,7 +40,7 @@ from ml_collections import ConfigDict  # noqa: E402
 import papa_jax as pj  # noqa: E402
 from benchmarks import common  # noqa: E402
 from papa_jax.probing import probes, train  # noqa: E402
-from papa_jax import backend, runner  # noqa: E402
+from papa_jax import backend, memory_plan, runner  # noqa: E402
 from papa_jax.models.encoder import init_params  # noqa: E402
 from papa_jax.papa import means  # noqa: E402
 
@@ -48,6 +50,7 @@ PEAK_BF16 = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12, "L4
              "TPU v5e": 197e12, "TPU v5p": 459e12, "TPU v6 lite": 918e12, "TPU v6e": 918e12}
 OPT = ConfigDict(dict(learning_rate=2e-5, adam_b1=0.9, adam_b2=0.999, adam_eps=1e-8,
                       weight_decay=0.0, grad_clip_norm=1.0))
+PLAN_KIND = {"forward": "forward", "means": "capture", "probe": "probe"}
 SIZES = {
     "base": dict(vocab_size=30522, hidden_size=768, num_layers=12, num_heads=12,
                  intermediate_size=3072, max_position_embeddings=512),
@@ -112,9 +115,12 @@ def jax_loops(c: pj.EncoderConfig, batch: int, length: int, repeats: int) -> dic
     holder[0], loss = step(holder[0], b, frozen)
     return loss
 
-  return dict(forward=_time(lambda: fwd(params, b), repeats),
-              means=_time(lambda: sums(params, b), repeats),
-              probe=_time(probe_step, repeats))
+  out, peaks = {}, {}
+  for name, fn in (("forward", lambda: fwd(params, b)), ("means", lambda: sums(params, b)),
+                   ("probe", probe_step)):
+    out[name] = _time(fn, repeats)
+    peaks[name] = (jax.local_devices()[0].memory_stats() or {}).get("peak_bytes_in_use")
+  return out, peaks
 
 
 def torch_loops(c: pj.EncoderConfig, batch: int, length: int, repeats: int,
@@ -182,7 +188,8 @@ def matmul_peak(dtype, n: int = 2048, repeats: int = 7) -> float:
 
 def run(size: str, batch: int, length: int, dtype: str, repeats: int, hf: bool) -> list[dict]:
   c = pj.EncoderConfig(**SIZES[size], compute_dtype=dtype)
-  t = jax_loops(c, batch, length, repeats)
+  t, peaks = jax_loops(c, batch, length, repeats)
+  params = memory_plan.param_bytes(jax.eval_shape(lambda: init_params(c)))
   ref = torch_loops(c, batch, length, repeats, dtype == "bfloat16") if hf else {}
   peak = device_peak()
   measured = None if peak else matmul_peak(jnp.bfloat16 if dtype == "bfloat16" else jnp.float32)
@@ -197,6 +204,12 @@ def run(size: str, batch: int, length: int, dtype: str, repeats: int, hf: bool) 
       row["mfu"] = achieved / peak
     else:
       row["of_matmul"] = achieved / measured
+    # The memory plan of the launcher's check beside the device's peak so far (GPUs and TPUs
+    # report it; the process's peak, so it only grows from loop to loop).
+    row["plan_gib"] = memory_plan.program(PLAN_KIND[name], c, params, batch, length,
+                                          dtype).total / 2**30
+    if peaks[name] is not None:
+      row["peak_gib"] = peaks[name] / 2**30
     if name in ref:
       row["hf_ms"] = 1e3 * ref[name]
       row["vs_hf"] = ref[name] / t[name]
@@ -209,16 +222,19 @@ def main(argv=None):
   ap.add_argument("--small", action="store_true", help="CPU-sized model, batch 8 x 32")
   ap.add_argument("--batch", type=int, default=0)
   ap.add_argument("--length", type=int, default=0)
-  ap.add_argument("--dtype", default="", help="float32 or bfloat16 (default: bf16 off CPU)")
+  ap.add_argument("--dtype", default="", help="float32 or bfloat16 (default: both off CPU, "
+                  "float32 on CPU)")
   ap.add_argument("--repeats", type=int, default=0)
   ap.add_argument("--no-hf", action="store_true")
   ap.add_argument("--json", default="")
   args = ap.parse_args(argv)
   small = args.small
-  dtype = args.dtype or ("float32" if jax.default_backend() == "cpu" else "bfloat16")
-  rows = run("small" if small else "base", args.batch or (8 if small else 256),
-             args.length or (32 if small else 128), dtype, args.repeats or (3 if small else 10),
-             not args.no_hf)
+  dtypes = ([args.dtype] if args.dtype else ["float32"] if jax.default_backend() == "cpu"
+            else ["bfloat16", "float32"])
+  rows = [r for dtype in dtypes for r in run(
+      "small" if small else "base", args.batch or (8 if small else 256),
+      args.length or (32 if small else 128), dtype, args.repeats or (3 if small else 10),
+      not args.no_hf)]
   peak = device_peak()
   common.report(f"Accelerator loops ({jax.devices()[0].device_kind}, peak "
                 f"{f'{peak / 1e12:.0f} TFLOP/s bf16' if peak else 'n/a: fraction of a jit matmul'}"

@@ -39,6 +39,7 @@ def test_accelerator_benchmark_small_runs_every_loop_against_hf(tmp_path, capsys
   for r in rows:
     assert r["tflop_per_s"] > 0 and r["vs_hf"] > 0
     assert ("mfu" in r) != ("of_matmul" in r)
+    assert r["plan_gib"] > 0 and "peak_gib" not in r  # CPU reports no peak.
   out = capsys.readouterr().out
   assert "Machine:" in out and "| forward |" in out
   assert (tmp_path / "r.jsonl").read_text().count("\n") == 1

@@ -195,7 +195,7 @@ def run_families(work: str) -> None:
     raw = pj.attention_means(model, data, batch_size=8, mesh=mesh)
     pj.attention_means(model, data, batch_size=8, mesh=mesh, attention="effective")
     if family.code_path.norm_placement == "post":  # Mixing decomposes post-LN layers only.
-      pj.context_mixing(model, data)
+      pj.context_mixing(model, data, allow_low_precision=dtype != "float32")
     heads = np.zeros(raw.avgs.shape[:2], bool)
     heads[:, ::2] = True
     override = attention.AttentionOverride.constant(
