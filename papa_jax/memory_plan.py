@@ -25,8 +25,10 @@ import jax
 import ml_collections
 import numpy as np
 
+from papa_jax.config import schema as config_schema
 from papa_jax.errors import ConfigError
 from papa_jax.models.config import EncoderConfig
+from papa_jax.papa import schedule
 
 F32 = 4
 TOLERANCE = 0.35  # The plan is within this fraction of the compiled programs' memory.
@@ -84,7 +86,7 @@ def plan(config: ml_collections.ConfigDict, c: EncoderConfig, params: int, devic
   """Each of `stages`' largest program at the config's batch sizes over `devices`."""
   out = []
   for stage in stages:
-    if stage in NO_PROGRAM:
+    if stage in NO_PROGRAM or not _works(config, c, stage):
       continue
     kind = STAGE_KINDS[stage]
     global_batch = (config.probe.batch_size if kind in ("through", "probe") and
@@ -92,6 +94,16 @@ def plan(config: ml_collections.ConfigDict, c: EncoderConfig, params: int, devic
     out.append(program(kind, c, params, -(-global_batch // devices), config.data.max_length,
                        compute_dtype, stage))
   return out
+
+
+def _works(config: ml_collections.ConfigDict, c: EncoderConfig, stage: str) -> bool:
+  """False for a stage this config skips (no fitted constants, no partial head set)."""
+  if stage == "optimal":
+    return "optimal" in config_schema.variants(config)
+  if stage == "sort":
+    counts = schedule.static_head_counts(c.total_heads, config_schema.fractions(config))
+    return schedule.needs_ranking(counts, c.total_heads)
+  return True
 
 
 def device_limit(config: ml_collections.ConfigDict) -> tuple[int | None, str]:

@@ -38,13 +38,14 @@ CALLBACKS = ("pure_callback", "io_callback", "debug_callback", "callback")
 WHERE = ["(outside a stage)"]
 RAN: list[str] = []  # Every stage that ran (some have no jitted program of their own).
 DTYPE = ["float32"]
-RECORDS: dict[tuple[str, str], dict[str, tuple]] = {}
+RECORDS: dict[tuple[str, str, int], dict[str, tuple]] = {}
 
 
 def _spec(x):
   """An argument leaf as what export needs: arrays as shape, dtype (and sharding)."""
-  if isinstance(x, jax.Array):
-    return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding)
+  if isinstance(x, jax.Array):  # An uncommitted array follows the program's devices.
+    committed = getattr(x, "_committed", True)
+    return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding if committed else None)
   if hasattr(x, "shape") and hasattr(x, "dtype"):
     return jax.ShapeDtypeStruct(x.shape, x.dtype)
   if isinstance(x, (bool, int, float, complex)):
@@ -72,7 +73,7 @@ def _record(fun, kw, args, kwargs) -> None:
   a = tuple(x if i in nums else jax.tree.map(_spec, x) for i, x in enumerate(args))
   k = {n: (v if n in names else jax.tree.map(_spec, v)) for n, v in kwargs.items()}
   name = f"{module}.{getattr(fun, '__qualname__', repr(fun))}"
-  sigs = RECORDS.setdefault((WHERE[0], name), {})
+  sigs = RECORDS.setdefault((WHERE[0], name, id(fun)), {})  # Closures of one name apart.
   key = repr((a, sorted(k.items())))
   if len(sigs) < PER_FUNCTION and key not in sigs:
     sigs[key] = (fun, kw, a, k)
@@ -225,7 +226,7 @@ def _callbacks(jaxpr) -> list[str]:
 
 def export_all() -> list[dict]:
   rows = []
-  for (where, name), sigs in RECORDS.items():
+  for (where, name, _), sigs in RECORDS.items():
     for fun, kw, args, kwargs in sigs.values():
       row = dict(where=where, function=name, devices=jax.device_count())
       t0 = time.perf_counter()

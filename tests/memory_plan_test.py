@@ -45,6 +45,13 @@ def test_each_stage_gets_its_kind_and_batch():
                                               ("means", "orderings", "sort", "patching", "probe"),
                                               "float32")}
   assert set(got) == {"means", "sort", "patching", "probe"}  # orderings runs no program.
+  skipped = {p.stage for p in memory_plan.plan(
+      _config(**{"papa.fractions": (0.0, 1.0)}), MINILM, params, 2, ("sort", "optimal"),
+      "float32")}
+  assert not skipped  # No partial head set to rank, no fitted constants: neither runs.
+  fitted = memory_plan.plan(_config(**{"papa.variants": ("raw", "optimal")}), MINILM, params,
+                            2, ("optimal",), "float32")
+  assert [p.kind for p in fitted] == ["through"]
   assert (got["means"].kind, got["means"].batch) == ("capture", 16)  # run.batch_size / 2
   assert (got["sort"].kind, got["sort"].batch) == ("through", 8)  # probe.batch_size / 2
   assert (got["patching"].kind, got["patching"].batch) == ("through", 16)
