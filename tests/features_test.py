@@ -1,8 +1,6 @@
 """Feature caching: same results as computing the encoder every step; budget refusal."""
 
 import os
-import tempfile
-from unittest import mock
 
 import jax
 import numpy as np
@@ -10,7 +8,6 @@ import pytest
 from papa_jax import parallel
 from papa_jax.probing import features, fitting, metrics, probes, train
 from papa_jax.attention import AttentionOverride
-from papa_jax.papa import means as means_lib
 from papa_jax.data import preprocess, readers, tasks
 from tests.testing import optimizer_config, require_shared
 
@@ -264,38 +261,16 @@ def test_per_token_eval_on_cut_batches_equals_full_width(minilm, cached_ner):
 @pytest.mark.integration
 def test_disk_cache_files_go_once_their_head_sets_probes_are_trained(tmp_path):
   """With run.cache_dir, each static-head set's .npy files are removed after its probes (a
-  full train split's features need tens of GB per set); the scores equal the in-memory run.
-  So do they where the features exceed run.cache_memory_gb (0 here) with no cache_dir: they
-  go to a temporary folder instead of memory, and the means pass keeps none of its own."""
+  full train split's features need tens of GB per set); the scores equal the in-memory run."""
   from papa_jax import run  # pylint: disable=import-outside-toplevel
   from tests.testing import require_model, tiny_config  # pylint: disable=import-outside-toplevel
   require_model("splade_tiny")
-  scores, kept = {}, {}
-  real_accumulate = means_lib.accumulate
-
-  def accumulate(*args, **kwargs):
-    kept[name] = kwargs.get("feature_dtype") is not None
-    return real_accumulate(*args, **kwargs)
-
-  for name, cache, memory_gb in (("memory", "", 4.0), ("dir", str(tmp_path / "cache"), 4.0),
-                                 ("spilled", "", 0.0)):
+  scores = {}
+  for cache in ("", str(tmp_path / "cache")):
     c = tiny_config(tmp_path, **{"model.name": "splade_tiny", "probe.cache_features": True,
                                  "probe.encoder_dropout": False, "papa.fractions": (0.0, 1.0),
-                                 "run.cache_dir": cache, "run.cache_memory_gb": memory_gb})
-    with mock.patch.object(means_lib, "accumulate", accumulate):
-      rows = run.run(c, str(tmp_path / f"wd_{name}"))
-    scores[name] = [(r["static_heads"], r["score"]) for r in rows]
-  assert scores["memory"] == scores["dir"] == scores["spilled"]
-  assert kept == {"memory": True, "dir": False, "spilled": False}
+                                 "run.cache_dir": cache})
+    rows = run.run(c, str(tmp_path / f"wd{bool(cache)}"))
+    scores[cache] = [(r["static_heads"], r["score"]) for r in rows]
+  assert scores[""] == scores[str(tmp_path / "cache")]
   assert os.path.isdir(tmp_path / "cache") and not os.listdir(tmp_path / "cache")
-  spill = features.cache_folder("", 1, 0.0)  # This process's temporary folder.
-  assert spill.startswith(tempfile.gettempdir()) and os.path.isdir(spill)
-  assert not os.listdir(spill)  # Each set's files went once its probes were trained.
-
-
-@pytest.mark.unit
-def test_cache_folder_memory_until_the_budget_then_one_temporary_folder():
-  assert features.cache_folder("/c", 10 * 2**30, 4.0) == "/c"
-  assert features.cache_folder("", 4 * 2**30, 4.0) == ""
-  spill = features.cache_folder("", 4 * 2**30 + 1, 4.0)
-  assert spill and os.path.isdir(spill) and features.cache_folder("", 2**40, 1.0) == spill

@@ -37,19 +37,12 @@ from papa_jax.errors import IncompleteWorkdir
 from papa_jax.stage import Setup, Stage
 
 
-def cache_folder(setup: Setup) -> str:
-  """Where each static-head set's features go ('': memory; `features.cache_folder`)."""
-  return features_lib.run_cache_folder(setup.config, setup.model.config,
-                                       len(setup.train_data) + len(setup.eval_data),
-                                       setup.max_length)
-
-
 def _features(setup: Setup, encoder: train.FrozenEncoder, name: str, k: int):
   """Cached train and eval features of one static-head set, shared by every seed."""
-  cfg, folder = setup.config, cache_folder(setup)
+  cfg = setup.config
   compute = lambda d, split: features_lib.compute(
       encoder, d, setup.mesh, cfg.run.batch_size,
-      features_lib.cache_path(folder, name, split), f"features {name} {split}")
+      features_lib.cache_path(cfg.run.cache_dir, name, split), f"features {name} {split}")
   reused = setup.baseline_train_features if k == 0 else None
   if reused is not None:
     logging.info("features %s train: reusing the means pass's forward.", name)
@@ -172,9 +165,9 @@ def probe_runs(setup: Setup, variant: str, ordering: str, k: int, ranking,
                                logits if task.kind != "tagging" else None)
       workdir.write_json(layout.probe_result(variant, k, seed, ordering), row)
     rows[seed] = done[fp] = row
-  if cfg.probe.cache_features and cache_folder(setup):
+  if cfg.probe.cache_features and cfg.run.cache_dir:
     del train_data, eval_data  # Their memory maps, before the files go.
-    features_lib.remove_cache(cache_folder(setup), name)
+    features_lib.remove_cache(cfg.run.cache_dir, name)
   return [rows[seed] for seed in setup.seeds]
 
 

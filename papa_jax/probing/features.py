@@ -10,13 +10,10 @@ to float noise.
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import dataclasses
 import functools
 import os
-import shutil
-import tempfile
 from typing import Any
 
 import jax
@@ -135,28 +132,6 @@ def _open_memmap(tmp: str, shape: tuple, dtype: np.dtype) -> np.memmap:
     with contextlib.suppress(OSError):
       os.remove(tmp)
     raise workdir.write_failed(tmp, e) from e
-
-
-_SPILL: list[str] = []  # This process's temporary feature folder, once made.
-
-
-def cache_folder(cache_dir: str, nbytes: int, memory_gb: float) -> str:
-  """Where one static-head set's cached features (`nbytes`, train and eval) go: `cache_dir`
-  if set; else in memory ('') up to `memory_gb`, and over it a temporary local folder of this
-  process (removed at exit), so host memory stays bounded whatever the split's size."""
-  if cache_dir or nbytes <= memory_gb * 2**30:
-    return cache_dir
-  if not _SPILL:
-    _SPILL.append(tempfile.mkdtemp(prefix="papa-features-"))
-    atexit.register(shutil.rmtree, _SPILL[0], True)
-  return _SPILL[0]
-
-
-def run_cache_folder(cfg: Any, mc: Any, examples: int, max_length: int) -> str:
-  """`cache_folder` for `examples` of a run's config `cfg` and model config `mc`."""
-  nbytes = cache_bytes(examples, mc.num_hidden_states, max_length, mc.hidden_size,
-                       cfg.probe.feature_dtype)
-  return cache_folder(cfg.run.cache_dir, nbytes, cfg.run.cache_memory_gb)
 
 
 def cache_path(cache_dir: str, name: str, split: str) -> str:
