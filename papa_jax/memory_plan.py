@@ -24,6 +24,7 @@ from typing import Any
 import jax
 import ml_collections
 import numpy as np
+from absl import logging
 
 from papa_jax.config import schema as config_schema
 from papa_jax.errors import ConfigError
@@ -86,9 +87,14 @@ def plan(config: ml_collections.ConfigDict, c: EncoderConfig, params: int, devic
   """Each of `stages`' largest program at the config's batch sizes over `devices`."""
   out = []
   for stage in stages:
-    if stage in NO_PROGRAM or not _works(config, c, stage):
+    kind = STAGE_KINDS.get(stage)
+    if kind is None:  # No program (NO_PROGRAM), or a stage registered elsewhere: not planned.
+      if stage not in NO_PROGRAM:
+        logging.info("Memory plan: stage %s has no kind in memory_plan.STAGE_KINDS; not "
+                     "planned.", stage)
       continue
-    kind = STAGE_KINDS[stage]
+    if not _works(config, c, stage):
+      continue
     global_batch = (config.probe.batch_size if kind in ("through", "probe") and
                     stage != "patching" else config.run.batch_size)
     out.append(program(kind, c, params, -(-global_batch // devices), config.data.max_length,

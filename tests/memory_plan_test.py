@@ -45,6 +45,8 @@ def test_each_stage_gets_its_kind_and_batch():
                                               ("means", "orderings", "sort", "patching", "probe"),
                                               "float32")}
   assert set(got) == {"means", "sort", "patching", "probe"}  # orderings runs no program.
+  added = memory_plan.plan(_config(), MINILM, params, 2, ("entropy", "means"), "float32")
+  assert [p.stage for p in added] == ["means"]  # A stage added elsewhere is not planned.
   skipped = {p.stage for p in memory_plan.plan(
       _config(**{"papa.fractions": (0.0, 1.0)}), MINILM, params, 2, ("sort", "optimal"),
       "float32")}
