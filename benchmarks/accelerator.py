@@ -206,8 +206,8 @@ def run(size: str, batch: int, length: int, dtype: str, repeats: int, hf: bool) 
       row["of_matmul"] = achieved / measured
     # The memory plan of the launcher's check beside the device's peak so far (GPUs and TPUs
     # report it; the process's peak, so it only grows from loop to loop).
-    row["plan_gib"] = memory_plan.program(PLAN_KIND[name], c, params, batch, length,
-                                          dtype).total / 2**30
+    row["plan_gib"] = memory_plan.program(PLAN_KIND[name], c, params, batch,
+                                          length).total / 2**30
     if peaks[name] is not None:
       row["peak_gib"] = peaks[name] / 2**30
     if name in ref:

@@ -76,7 +76,7 @@ def compiled(kind: str, c: pj.EncoderConfig, batch: int, length: int) -> int:
 
 def planned(kind: str, c: pj.EncoderConfig, batch: int, length: int) -> int:
   params = memory_plan.param_bytes(jax.eval_shape(lambda: init_params(c)))
-  return memory_plan.program(kind, c, params, batch, length, c.compute_dtype).total
+  return memory_plan.program(kind, c, params, batch, length).total
 
 
 def main(argv=None) -> list[dict]:

@@ -66,14 +66,15 @@ def param_bytes(params: Any) -> int:
 
 
 def program(kind: str, c: EncoderConfig, params: int, batch: int, length: int,
-            compute_dtype: str = "float32", stage: str = "") -> Program:
-  """The plan of one program of `kind` for `batch` examples of `length` tokens per device."""
+            stage: str = "") -> Program:
+  """The plan of one program of `kind` for `batch` examples of `length` tokens per device
+  (bfloat16 `c.compute_dtype` adds the weights' bfloat16 copies)."""
   a, inter, all_layers = KINDS[kind]
   maps = c.num_heads * length * length * F32
   tokens = length * F32 * (8 * c.hidden_size + inter * c.intermediate_size)
   temp = batch * (a * maps + tokens) * (c.num_layers if all_layers else 1)
   hidden = batch * c.num_hidden_states * length * c.hidden_size * F32
-  parts = dict(params=params + (params // 2 if compute_dtype == "bfloat16" else 0),
+  parts = dict(params=params + (params // 2 if c.compute_dtype == "bfloat16" else 0),
                batch=batch * length * 3 * 4, temporaries=int(temp))
   if kind in ("forward", "through"):  # Every hidden state out (a probe step's are inside).
     parts["hidden_states"] = hidden
@@ -83,7 +84,7 @@ def program(kind: str, c: EncoderConfig, params: int, batch: int, length: int,
 
 
 def plan(config: ml_collections.ConfigDict, c: EncoderConfig, params: int, devices: int,
-         stages: tuple[str, ...], compute_dtype: str) -> list[Program]:
+         stages: tuple[str, ...]) -> list[Program]:
   """Each of `stages`' largest program at the config's batch sizes over `devices`."""
   out = []
   for stage in stages:
@@ -98,7 +99,7 @@ def plan(config: ml_collections.ConfigDict, c: EncoderConfig, params: int, devic
     global_batch = (config.probe.batch_size if kind in ("through", "probe") and
                     stage != "patching" else config.run.batch_size)
     out.append(program(kind, c, params, -(-global_batch // devices), config.data.max_length,
-                       compute_dtype, stage))
+                       stage))
   return out
 
 
@@ -126,9 +127,9 @@ def device_limit(config: ml_collections.ConfigDict) -> tuple[int | None, str]:
 
 
 def check(config: ml_collections.ConfigDict, c: EncoderConfig, params: Any, devices: int,
-          stages: tuple[str, ...], compute_dtype: str) -> list[Program]:
+          stages: tuple[str, ...]) -> list[Program]:
   """Refuses a run whose planned program exceeds a device's memory; returns the plan."""
-  programs = plan(config, c, param_bytes(params), devices, stages, compute_dtype)
+  programs = plan(config, c, param_bytes(params), devices, stages)
   limit, source = device_limit(config)
   over = [p for p in programs if limit is not None and p.total > limit]
   if over:

@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import time
 
-import jax
 import ml_collections
 from absl import logging
 
@@ -77,8 +76,7 @@ def run(config: ml_collections.ConfigDict, workdir: str):
 
 def _check_memory(config: ml_collections.ConfigDict, setup: Setup,
                   stages: tuple[Stage, ...]) -> None:
-  programs = memory_plan.check(
-      config, setup.model.config, setup.model.params, setup.mesh.size,
-      tuple(s.name for s in stages), config_schema.compute_dtype(config, jax.default_backend()))
+  programs = memory_plan.check(config, setup.model.config, setup.model.params, setup.mesh.size,
+                               tuple(s.name for s in stages))
   logging.info("Memory plan per device (papa_jax/memory_plan.py): %s.", ", ".join(
       f"{p.stage} {p.total / 2**30:.2f} GiB" for p in programs))

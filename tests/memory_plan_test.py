@@ -41,25 +41,24 @@ def test_every_registered_stage_has_a_kind():
 @pytest.mark.unit
 def test_each_stage_gets_its_kind_and_batch():
   params = 100 * 2**20
-  got = {p.stage: p for p in memory_plan.plan(_config(), MINILM, params, 2,
-                                              ("means", "orderings", "sort", "patching", "probe"),
-                                              "float32")}
+  got = {p.stage: p for p in memory_plan.plan(
+      _config(), MINILM, params, 2, ("means", "orderings", "sort", "patching", "probe"))}
   assert set(got) == {"means", "sort", "patching", "probe"}  # orderings runs no program.
-  added = memory_plan.plan(_config(), MINILM, params, 2, ("entropy", "means"), "float32")
+  added = memory_plan.plan(_config(), MINILM, params, 2, ("entropy", "means"))
   assert [p.stage for p in added] == ["means"]  # A stage added elsewhere is not planned.
   skipped = {p.stage for p in memory_plan.plan(
-      _config(**{"papa.fractions": (0.0, 1.0)}), MINILM, params, 2, ("sort", "optimal"),
-      "float32")}
+      _config(**{"papa.fractions": (0.0, 1.0)}), MINILM, params, 2, ("sort", "optimal"))}
   assert not skipped  # No partial head set to rank, no fitted constants: neither runs.
   fitted = memory_plan.plan(_config(**{"papa.variants": ("raw", "optimal")}), MINILM, params,
-                            2, ("optimal",), "float32")
+                            2, ("optimal",))
   assert [p.kind for p in fitted] == ["through"]
   assert (got["means"].kind, got["means"].batch) == ("capture", 16)  # run.batch_size / 2
   assert (got["sort"].kind, got["sort"].batch) == ("through", 8)  # probe.batch_size / 2
   assert (got["patching"].kind, got["patching"].batch) == ("through", 16)
   assert got["sort"].total > got["probe"].total > params
-  bf16 = memory_plan.program("forward", MINILM, params, 8, 128, "bfloat16")
-  f32 = memory_plan.program("forward", MINILM, params, 8, 128, "float32")
+  bf16 = memory_plan.program("forward", MINILM.replace(compute_dtype="bfloat16"), params, 8,
+                             128)
+  f32 = memory_plan.program("forward", MINILM, params, 8, 128)
   assert bf16.total - f32.total == params // 2  # The weights' bfloat16 copies.
 
 
@@ -68,13 +67,13 @@ def test_a_plan_over_the_limit_is_refused_naming_stage_number_and_knob():
   params = {"w": __import__("numpy").zeros((1024, 1024), "float32")}
   c = _config(**{"run.device_memory_gb": 0.05})
   with pytest.raises(ConfigError) as e:
-    memory_plan.check(c, MINILM, params, 1, ("means", "sort"), "float32")
+    memory_plan.check(c, MINILM, params, 1, ("means", "sort"))
   msg = str(e.value)
   assert msg.startswith("The sort stage needs about ") and "GiB per device" in msg
   assert "16 examples x 128 tokens per device" in msg and "over 0.05 GiB" in msg
   assert "probe.batch_size" in msg and "run.device_memory_gb=0.05" in msg
   assert memory_plan.check(_config(**{"run.device_memory_gb": 64.0}), MINILM, params, 1,
-                           ("means", "sort"), "float32")
+                           ("means", "sort"))
   assert memory_plan.device_limit(_config(**{"run.device_memory_gb": -1.0}))[0] is None
   assert memory_plan.device_limit(_config())[0] is None  # CPU reports no limit.
 
