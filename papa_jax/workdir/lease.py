@@ -42,13 +42,14 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime
+import functools
 import json
 import os
 import socket
 import threading
 import time
 import uuid
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from absl import logging
 
@@ -106,6 +107,22 @@ def hold(path: str, workdir: str, stale_seconds: float = 120.0,
     yield mine
 
 
+@contextlib.contextmanager
+def _beating(beat: Callable[[threading.Event, float], None], every: float,
+             release: Callable[[], None]) -> Iterator[None]:
+  """Runs `beat(stop, every)` in a thread while the block runs; then stops it and calls
+  `release` (after an error in the block too)."""
+  stop = threading.Event()
+  thread = threading.Thread(target=beat, args=(stop, every), daemon=True, name="papa-lease")
+  thread.start()
+  try:
+    yield
+  finally:
+    stop.set()
+    thread.join()
+    release()
+
+
 # ---- gs:// through gcsfs: conditional writes, the store's clock ----
 
 TAKE_ATTEMPTS = 3  # Looks at a lease that changes hands while this run tries to take it.
@@ -155,16 +172,9 @@ def _hold_conditional(fs: Any, path: str, workdir: str,
                       stale_seconds: float) -> Iterator[dict[str, Any]]:
   mine = _mine()
   held = _take(fs, path, workdir, stale_seconds, mine)
-  stop = threading.Event()
-  beat = threading.Thread(target=_rewrite, args=(fs, path, mine, held, stop, stale_seconds / 4),
-                          daemon=True, name="papa-lease")
-  beat.start()
-  try:
+  with _beating(functools.partial(_rewrite, fs, path, mine, held), stale_seconds / 4,
+                lambda: _release(fs, path, mine)):
     yield mine
-  finally:
-    stop.set()
-    beat.join()
-    _release(fs, path, mine)
 
 
 def _rewrite(fs: Any, path: str, mine: dict[str, Any], held: _Held, stop: threading.Event,
@@ -224,17 +234,14 @@ def _hold_checked(path: str, workdir: str, stale_seconds: float,
   now = read(path)
   if now is None or now.get("token") != mine["token"]:
     raise _refused(workdir, now or {}, time.time() - float((now or {}).get("heartbeat", 0)))
-  stop = threading.Event()
-  beat = threading.Thread(target=_heartbeat, args=(path, mine, stop, stale_seconds / 4),
-                          daemon=True, name="papa-lease")
-  beat.start()
-  try:
+  with _beating(functools.partial(_heartbeat, path, mine), stale_seconds / 4,
+                lambda: _remove_own(path, mine)):
     yield mine
-  finally:
-    stop.set()
-    beat.join()
-    if (read(path) or {}).get("token") == mine["token"]:
-      storage.remove(path)
+
+
+def _remove_own(path: str, mine: dict[str, Any]) -> None:
+  if (read(path) or {}).get("token") == mine["token"]:
+    storage.remove(path)
 
 
 def _unchanged(path: str, workdir: str, old: dict[str, Any],
