@@ -6,9 +6,9 @@
 `jax.jit` is replaced, before the package is imported, by one that records each call's
 arguments (shapes, dtypes and shardings; static arguments as values) under the stage that
 made it. Every registered stage then runs on SPLADE-tiny at tiny sizes (SST-2, and CoNLL POS
-for the linguistic stage), and with `--families` each family's encoder programs (the means pass, effective
-attention, context mixing, the probe's features with constant heads) run on a random
-checkpoint of that family, at `--dtype` (model.dtype; default float32). Steps that differ by
+for the linguistic stage), and with `--families` each family's encoder programs (the means
+pass, effective attention, context mixing, the probe's features with constant heads) run on a
+random checkpoint of that family, at `--dtype` (model.dtype; default float32). Steps that differ by
 platform are chosen when a program is lowered (`papa_jax/backend.py`), so the programs traced
 here are the accelerators' own. Each recorded program (up to
 `PER_FUNCTION` argument signatures per function and stage) is then checked for host callbacks
@@ -147,12 +147,18 @@ class _planted:
     attention.mask_and_normalize = self.real
 
 
+def _small(**overrides) -> dict:
+  """SPLADE-tiny at tiny sizes in `--dtype` (every run here), with `overrides`."""
+  return {"model.name": "splade_tiny", "model.dtype": DTYPE[0], "data.max_length": 16,
+          "data.max_train_examples": 32, "data.max_eval_examples": 16, "run.batch_size": 8,
+          "probe.epochs": 1, "probe.batch_size": 8, "effective.max_examples": 8,
+          "report.n_boot": 100, "papa.fractions": (0.0, 0.5, 1.0), "optimal.epochs": 1,
+          "optimal.probe_epochs": 1, **overrides}
+
+
 def run_stages(work: str) -> None:
   """Every registered stage on SPLADE-tiny, tiny sizes, in three workdirs."""
-  small = {"model.name": "splade_tiny", "model.dtype": DTYPE[0], "data.max_length": 16, "data.max_train_examples": 32,
-           "data.max_eval_examples": 16, "run.batch_size": 8, "probe.epochs": 1,
-           "probe.batch_size": 8, "effective.max_examples": 8, "report.n_boot": 100,
-           "papa.fractions": (0.0, 0.5, 1.0), "optimal.epochs": 1, "optimal.probe_epochs": 1}
+  small = _small()
   sst2 = os.path.join(work, "sst2")
   common = {"papa.variants": ("raw", "uniform", "optimal"), "patching.max_pairs": 2,
             "mixing.allow_low_precision": DTYPE[0] != "float32"}
@@ -256,10 +262,8 @@ def main(argv: list[str]) -> None:
   _tag_stages(plant)
   t0 = time.perf_counter()
   if plant:
-    small = {"model.name": "splade_tiny", "data.max_length": 16, "data.max_train_examples": 32,
-             "data.max_eval_examples": 16, "run.batch_size": 8, "probe.epochs": 1,
-             "probe.batch_size": 8, "papa.fractions": (0.0, 1.0)}
-    run.run(tiny_config(work, **small, stage=plant), os.path.join(work, "planted"))
+    run.run(tiny_config(work, **_small(**{"papa.fractions": (0.0, 1.0)}), stage=plant),
+            os.path.join(work, "planted"))
   else:
     run_stages(work)
     if "--families" in argv:
