@@ -60,6 +60,7 @@ def main():
   step = train.make_eval_step(probe)
   eval_fn = jax.jit(lambda p, b: jax.vmap(lambda q: step(q, b, None))(p))
   widths = fitting.scored_widths(labels)
+  table = fitting.FeatureTable(table)
   passes = dict(full=lambda: fitting._group_predict(eval_fn, params, table, 32),
                 cut=lambda: fitting._group_predict(eval_fn, params, table, 32, widths))
   keep = labels != preprocess.IGNORE

@@ -1,6 +1,8 @@
 """Feature caching: same results as computing the encoder every step; budget refusal."""
 
 import os
+import tempfile
+from unittest import mock
 
 import jax
 import numpy as np
@@ -8,6 +10,7 @@ import pytest
 from papa_jax import parallel
 from papa_jax.probing import features, fitting, metrics, probes, train
 from papa_jax.attention import AttentionOverride
+from papa_jax.papa import means as means_lib
 from papa_jax.data import preprocess, readers, tasks
 from tests.testing import optimizer_config, require_shared
 
@@ -94,8 +97,9 @@ def cached_small(minilm, small):
   return task, encoder, mesh, ftr, fev
 
 
-def _fit_args(minilm, cached_small, seeds, tmp_path, tag):
+def _fit_args(minilm, cached_small, seeds, tmp_path, tag, splits=None):
   task, encoder, mesh, ftr, fev = cached_small
+  ftr, fev = splits or (ftr, fev)
   cfgs = [train.FitConfig(epochs=3, batch_size=16, eval_batch_size=16, seed=s,
                           checkpoint_dir=str(tmp_path / f"{tag}{s}"), fingerprint=f"fp{s}")
           for s in seeds]
@@ -139,6 +143,36 @@ def test_probes_trained_together_equal_each_trained_alone(minilm, cached_small, 
   for cfg, together in zip(cfgs, group_run):
     _assert_same(fitting.fit(name, probe, enc, tx, cfg, ftr, fev, score, mesh), together)
   assert not np.allclose(group_run[0][2], group_run[1][2], atol=1e-3)
+
+
+@pytest.mark.integration
+def test_probes_trained_from_a_features_file_equal_those_from_memory(minilm, small, cached_small,
+                                                                     group_run, tmp_path):
+  """Features in a file (a spilled or run.cache_dir cache) train from rows read per batch,
+  never copied whole to the device (host memory holds a batch), and give the same probes
+  bit for bit: the group of three seeds, and one probe alone (its own step and eval)."""
+  _, encoder, mesh, ftr, _ = cached_small
+  on_file = [features.compute(encoder, d, mesh, 16, str(tmp_path / f"{s}.npy"))
+             for d, s in ((small[1], "train"), (small[2], "eval"))]
+  assert on_file[0].path and fitting.feature_table(on_file[0], mesh).table is None
+  rows = on_file[0].rows(np.array([5, 0, 79, 5]))
+  np.testing.assert_array_equal(rows["features"].view(np.uint16),
+                                np.asarray(ftr.features)[[5, 0, 79, 5]].view(np.uint16))
+  read = []
+  real_rows = features.Features.rows
+  with mock.patch.object(features.Features, "rows",
+                         lambda self, idx: read.append(len(idx)) or real_rows(self, idx)):
+    streamed = fitting.fit_many(*_fit_args(minilm, cached_small, SEEDS, tmp_path, "f",
+                                           on_file))
+    alone = fitting.fit_many(*_fit_args(minilm, cached_small, SEEDS[:1], tmp_path, "a",
+                                        on_file))
+  assert max(read) == 3 * 16 and sum(read) > 3 * 3 * 80  # Batches, every epoch, every seed.
+  want_alone = fitting.fit_many(*_fit_args(minilm, cached_small, SEEDS[:1], tmp_path, "m"))
+  for (s1, h1, l1), (s2, h2, l2) in zip(streamed + alone, group_run + want_alone):
+    assert [dict(h, seconds=0) for h in h1] == [dict(h, seconds=0) for h in h2]
+    np.testing.assert_array_equal(l1, l2)
+    for a, b in zip(jax.tree.leaves(s1.params), jax.tree.leaves(s2.params)):
+      np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
 def _stop_mid_epoch_2(args, monkeypatch):
@@ -238,7 +272,7 @@ def test_per_token_eval_on_cut_batches_equals_full_width(minilm, cached_ner):
   params = jax.tree.map(lambda *x: np.stack(x), *[s.params for s, _, _ in runs])
   step = train.make_eval_step(probe)
   eval_fn = jax.jit(lambda p, b: jax.vmap(lambda q: step(q, b, None))(p))
-  table = fitting.resident_table(fev, mesh)
+  table = fitting.feature_table(fev, mesh)
   full = fitting._group_predict(eval_fn, params, table, 16)
   labels = np.asarray(fev.labels)
   keep = labels != preprocess.IGNORE
@@ -261,16 +295,38 @@ def test_per_token_eval_on_cut_batches_equals_full_width(minilm, cached_ner):
 @pytest.mark.integration
 def test_disk_cache_files_go_once_their_head_sets_probes_are_trained(tmp_path):
   """With run.cache_dir, each static-head set's .npy files are removed after its probes (a
-  full train split's features need tens of GB per set); the scores equal the in-memory run."""
+  full train split's features need tens of GB per set); the scores equal the in-memory run.
+  So do they where the features exceed run.cache_memory_gb (0 here) with no cache_dir: they
+  go to a temporary folder instead of memory, and the means pass keeps none of its own."""
   from papa_jax import run  # pylint: disable=import-outside-toplevel
   from tests.testing import require_model, tiny_config  # pylint: disable=import-outside-toplevel
   require_model("splade_tiny")
-  scores = {}
-  for cache in ("", str(tmp_path / "cache")):
+  scores, kept = {}, {}
+  real_accumulate = means_lib.accumulate
+
+  def accumulate(*args, **kwargs):
+    kept[name] = kwargs.get("feature_dtype") is not None
+    return real_accumulate(*args, **kwargs)
+
+  for name, cache, memory_gb in (("memory", "", 4.0), ("dir", str(tmp_path / "cache"), 4.0),
+                                 ("spilled", "", 0.0)):
     c = tiny_config(tmp_path, **{"model.name": "splade_tiny", "probe.cache_features": True,
                                  "probe.encoder_dropout": False, "papa.fractions": (0.0, 1.0),
-                                 "run.cache_dir": cache})
-    rows = run.run(c, str(tmp_path / f"wd{bool(cache)}"))
-    scores[cache] = [(r["static_heads"], r["score"]) for r in rows]
-  assert scores[""] == scores[str(tmp_path / "cache")]
+                                 "run.cache_dir": cache, "run.cache_memory_gb": memory_gb})
+    with mock.patch.object(means_lib, "accumulate", accumulate):
+      rows = run.run(c, str(tmp_path / f"wd_{name}"))
+    scores[name] = [(r["static_heads"], r["score"]) for r in rows]
+  assert scores["memory"] == scores["dir"] == scores["spilled"]
+  assert kept == {"memory": True, "dir": False, "spilled": False}
   assert os.path.isdir(tmp_path / "cache") and not os.listdir(tmp_path / "cache")
+  spill = features.cache_folder("", 1, 0.0)  # This process's temporary folder.
+  assert spill.startswith(tempfile.gettempdir()) and os.path.isdir(spill)
+  assert not os.listdir(spill)  # Each set's files went once its probes were trained.
+
+
+@pytest.mark.unit
+def test_cache_folder_memory_until_the_budget_then_one_temporary_folder():
+  assert features.cache_folder("/c", 10 * 2**30, 4.0) == "/c"
+  assert features.cache_folder("", 4 * 2**30, 4.0) == ""
+  spill = features.cache_folder("", 4 * 2**30 + 1, 4.0)
+  assert spill and os.path.isdir(spill) and features.cache_folder("", 2**40, 1.0) == spill

@@ -255,9 +255,15 @@ FIELDS: dict[str, Field | Group] = dict(
         checkpoint_every_steps=F(0, "Probe checkpoints within an epoch; 0: at epoch ends "
                                  "only."),
         num_devices=F(-1, "Devices of the data mesh; -1: every device."),
-        cache_dir=F("", "'' keeps cached probe features in memory; else a local folder for "
-                    "memory-mapped .npy files, each static-head set's removed once its probes "
-                    "are trained (kept while they train, for a resumed run)."),
+        cache_dir=F("", "'' keeps cached probe features in memory up to "
+                    "run.cache_memory_gb (over it, in a temporary local folder); else a local "
+                    "folder for .npy files, each static-head set's removed once its probes "
+                    "are trained (kept while they train, for a resumed run). Probes train "
+                    "from files by reading each batch's rows (one-device runs: host memory "
+                    "holds batches, not the split)."),
+        cache_memory_gb=F(2.0, "With run.cache_dir='', one static-head set's cached "
+                          "features (train and eval) over this many GiB go to files in a "
+                          "temporary local folder, not memory (host memory stays bounded)."),
         cache_max_gb=F(8.0, "The feature cache's budget in GB, checked before any stage "
                        "runs."),
         device_memory_gb=F(0.0, "Memory of one device in GiB that each stage's planned "

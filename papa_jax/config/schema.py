@@ -272,8 +272,8 @@ def validate(config: ml_collections.ConfigDict) -> None:
   for name in ("checkpoint_every_batches", "checkpoint_every_steps"):
     if config.run[name] < 0:
       raise ConfigError(f"run.{name} must be >= 0 (0: never / at epoch ends only).")
-  if config.run.cache_max_gb <= 0:
-    raise ConfigError("run.cache_max_gb must be > 0.")
+  if config.run.cache_max_gb <= 0 or config.run.cache_memory_gb < 0:
+    raise ConfigError("run.cache_max_gb must be > 0 and run.cache_memory_gb >= 0.")
   if "://" in config.run.cache_dir:
     raise ConfigError(f"run.cache_dir={config.run.cache_dir!r} must be a local folder (cached "
                       "features are memory-mapped); the workdir itself may be on gs://.")

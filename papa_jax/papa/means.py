@@ -279,8 +279,10 @@ def _pass(setup: Setup, variant: str) -> MeansState:
   meta = metadata(setup, variant)
   partial = setup.layout.means_partial(variant)
   # The raw pass is the baseline's forward over the same examples: keep its
-  # hidden states as the baseline probe's cached train features.
-  reuse = c.probe.cache_features and variant == "raw"
+  # hidden states as the baseline probe's cached train features, where they are kept in
+  # memory (else the probe stage computes them into its files: memory stays bounded).
+  reuse = (c.probe.cache_features and variant == "raw"
+           and not features_lib.run_cache_folder(setup))
   state = accumulate(
       setup.model.config, setup.model.params, setup.train_data, setup.mesh,
       batch_size=c.run.batch_size, attention=variant, partial=partial,

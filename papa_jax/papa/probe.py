@@ -39,10 +39,10 @@ from papa_jax.stage import Setup, Stage
 
 def _features(setup: Setup, encoder: train.FrozenEncoder, name: str, k: int):
   """Cached train and eval features of one static-head set, shared by every seed."""
-  cfg = setup.config
+  cfg, folder = setup.config, features_lib.run_cache_folder(setup)
   compute = lambda d, split: features_lib.compute(
       encoder, d, setup.mesh, cfg.run.batch_size,
-      features_lib.cache_path(cfg.run.cache_dir, name, split), f"features {name} {split}")
+      features_lib.cache_path(folder, name, split), f"features {name} {split}")
   reused = setup.baseline_train_features if k == 0 else None
   if reused is not None:
     logging.info("features %s train: reusing the means pass's forward.", name)
@@ -165,9 +165,10 @@ def probe_runs(setup: Setup, variant: str, ordering: str, k: int, ranking,
                                logits if task.kind != "tagging" else None)
       workdir.write_json(layout.probe_result(variant, k, seed, ordering), row)
     rows[seed] = done[fp] = row
-  if cfg.probe.cache_features and cfg.run.cache_dir:
+  folder = features_lib.run_cache_folder(setup)
+  if cfg.probe.cache_features and folder:
     del train_data, eval_data  # Their memory maps, before the files go.
-    features_lib.remove_cache(cfg.run.cache_dir, name)
+    features_lib.remove_cache(folder, name)
   return [rows[seed] for seed in setup.seeds]
 
 

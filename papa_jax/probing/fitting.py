@@ -7,9 +7,10 @@ as if alone. The steps themselves live in `train`.
 
 from __future__ import annotations
 
+import concurrent.futures
 import functools
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import flax.linen as nn
 import jax
@@ -28,20 +29,47 @@ from papa_jax.probing.train import (FitConfig, FrozenEncoder, TrainState, init_s
 from papa_jax.errors import TrainingDiverged
 
 
-def resident_table(data, mesh) -> dict | None:
-  """Cached features kept on the device for the whole fit (one-device, one-process meshes).
+class FeatureTable:
+  """Cached features for probes trained on a one-device, one-process mesh, each batch gathered
+  there: from a device copy of them all (`table`), or, where they are in a file
+  (`features.Features.path`: a spilled or `run.cache_dir` cache), from the batch's rows read
+  from it, so host memory holds a batch rather than the split."""
 
-  Each batch is then gathered on the device, with no host copy per step (the
-  gathered rows are the same; padding rows differ only in content the loss
-  masks out). Elsewhere, None: each process gathers its rows on the host.
-  """
-  if not vectorisable(data, mesh):
-    return None
-  return {k: jnp.asarray(v) for k, v in pipeline.columns(data).items()}
+  def __init__(self, data):
+    self.data = data
+    self.streamed = bool(getattr(data, "path", ""))
+    self.table = None if self.streamed else {
+        k: jnp.asarray(v) for k, v in pipeline.columns(data).items()}
+
+  def __len__(self) -> int:
+    return pipeline.num_rows(self.data)
+
+  @property
+  def labels(self) -> np.ndarray:
+    return np.asarray(pipeline.columns(self.data)["labels"])
+
+  def gather(self, idx: np.ndarray) -> tuple[dict, jax.Array]:
+    """`(table, positions)` such that `take(table, positions)` is rows `idx` (any shape; -1: a
+    padding row): the device table and `idx`, or the rows read for `idx` and their places
+    among them (padding rows then repeat another row instead of row 0 of the split: the
+    loss masks them out either way)."""
+    if not self.streamed:
+      return self.table, jnp.asarray(idx, jnp.int32)
+    flat = idx.reshape(-1)
+    rows = self.data.rows(np.maximum(flat, 0))
+    where = np.where(flat >= 0, np.arange(flat.size), -1).reshape(idx.shape)
+    # device_put, not jnp.asarray: on CPU it takes the aligned rows without a copy.
+    return jax.device_put(rows), jnp.asarray(where, jnp.int32)
 
 
-def device_batches(data, table: dict | None, batch_size: int, mesh, *, seed: int, epoch: int,
-                   start: int = 0):
+def feature_table(data, mesh) -> FeatureTable | None:
+  """`FeatureTable` of `data` where probes train on them together (`vectorisable`), else
+  None: each process then gathers its rows on the host."""
+  return FeatureTable(data) if vectorisable(data, mesh) else None
+
+
+def device_batches(data, table: FeatureTable | None, batch_size: int, mesh, *, seed: int,
+                   epoch: int, start: int = 0):
   """One epoch's shuffled training batches on the mesh, from batch `start`."""
   if table is None:
     for batch in pipeline.batches(data, batch_size, shuffle=True, seed=seed, epoch=epoch,
@@ -49,7 +77,17 @@ def device_batches(data, table: dict | None, batch_size: int, mesh, *, seed: int
       yield parallel.put_batch(pipeline.host_slice(batch), mesh)
     return
   for idx in _epoch_batches(pipeline.num_rows(data), batch_size, seed, epoch)[start:]:
-    yield take(table, jnp.asarray(idx, jnp.int32))
+    yield take(*table.gather(idx))
+
+
+def _ahead(items: Iterator) -> Iterator:
+  """`items`, each made in a worker thread while the caller uses the one before (a batch's
+  reads from a features file overlap the step before it)."""
+  with concurrent.futures.ThreadPoolExecutor(1) as pool:
+    upcoming = pool.submit(next, items, None)
+    while (item := upcoming.result()) is not None:
+      upcoming = pool.submit(next, items, None)
+      yield item
 
 
 def _epoch_batches(n: int, batch_size: int, seed: int, epoch: int) -> list[np.ndarray]:
@@ -107,7 +145,7 @@ def _take_width(table: dict, idx: jax.Array, width: int) -> dict:
               attention_mask=batch["attention_mask"][:, :width], labels=batch["labels"][:, :width])
 
 
-def _group_predict(eval_fn, params, table: dict, batch_size: int,
+def _group_predict(eval_fn, params, table: FeatureTable, batch_size: int,
                    widths: np.ndarray | None = None) -> list[np.ndarray]:
   """Every probe's outputs `[N, ...]` on every row of `table`, in order.
 
@@ -115,20 +153,20 @@ def _group_predict(eval_fn, params, table: dict, batch_size: int,
   width and each batch sees only its first positions; the outputs there are the
   full-width ones (a token's output depends on its features alone) and 0 past them.
   """
-  n = pipeline.num_rows(table)
+  n = len(table)
   if widths is None:
     outs = []
     for idx in pipeline.batch_indices(np.arange(n), batch_size):
-      out = eval_fn(params, take(table, jnp.asarray(idx, jnp.int32)))
+      out = eval_fn(params, take(*table.gather(idx)))
       outs.append(np.asarray(out)[:, idx >= 0])
     return list(np.concatenate(outs, axis=1))
   out = None
   for idx in pipeline.batch_indices(np.argsort(-widths, kind="stable"), batch_size):
     rows = idx[idx >= 0]
     width = int(widths[rows].max())
-    got = np.asarray(eval_fn(params, _take_width(table, jnp.asarray(idx, jnp.int32), width)))
+    got = np.asarray(eval_fn(params, _take_width(*table.gather(idx), width)))
     if out is None:
-      out = np.zeros((got.shape[0], n, table["labels"].shape[1]) + got.shape[3:], got.dtype)
+      out = np.zeros((got.shape[0], n, table.labels.shape[1]) + got.shape[3:], got.dtype)
     out[:, rows, :width] = got[:, idx >= 0]
   return list(out)
 
@@ -224,7 +262,8 @@ def _fit_group(name: str, probe: nn.Module, encoder: FrozenEncoder, tx, cfgs: li
     logging.info("%s: resumed after epoch %d%s from %s.", name, epoch,
                  f", step {start} of epoch {epoch + 1}" if start else "",
                  ", ".join(c.directory for c in ckpts if c is not None))
-  table = resident_table(train_data, mesh)
+  table = feature_table(train_data, mesh)
+  streamed = table is not None and table.streamed
   widths = _widths(probe, eval_data)  # Per-token probes: eval batches cut to their tokens.
   if group == 1:
     state = states[0]
@@ -235,7 +274,7 @@ def _fit_group(name: str, probe: nn.Module, encoder: FrozenEncoder, tx, cfgs: li
                                                                                encoder))
     epoch_batches = lambda e, s0: device_batches(train_data, table, cfg.batch_size, mesh,
                                                  seed=cfg.seed, epoch=e, start=s0)
-    eval_table = resident_table(eval_data, mesh)
+    eval_table = feature_table(eval_data, mesh)
     if eval_table is None:
       predict_all = lambda st: [predict(eval_fn, st.params, encoder, eval_data, mesh,
                                         cfg.eval_batch_size)]
@@ -248,10 +287,10 @@ def _fit_group(name: str, probe: nn.Module, encoder: FrozenEncoder, tx, cfgs: li
     state = _stack(states)
     seeds = jnp.asarray([c.seed for c in cfgs], jnp.int32)
     group_step = jax.jit(make_group_step(probe, tx), donate_argnums=0)
-    step_fn = lambda st, idx: group_step(st, table, idx, seeds)
+    step_fn = lambda st, gathered: group_step(st, *gathered, seeds)
     eval_step = make_eval_step(probe)
     eval_fn = jax.jit(lambda params, batch: jax.vmap(lambda p: eval_step(p, batch, None))(params))
-    eval_table = resident_table(eval_data, mesh)
+    eval_table = feature_table(eval_data, mesh)
     predict_all = lambda st: _group_predict(eval_fn, st.params, eval_table, cfg.eval_batch_size,
                                             widths)
     row = _row
@@ -259,7 +298,7 @@ def _fit_group(name: str, probe: nn.Module, encoder: FrozenEncoder, tx, cfgs: li
     def epoch_batches(e: int, s0: int):
       per = [_epoch_batches(n, cfg.batch_size, c.seed, e) for c in cfgs]
       for i in range(s0, steps_per_epoch):
-        yield jnp.asarray(np.stack([b[i] for b in per]), jnp.int32)
+        yield table.gather(np.stack([b[i] for b in per]))
 
   def save(epoch_done: int, step_in_epoch: int, losses: list[list[float]]) -> None:
     global_step = epoch_done * steps_per_epoch + step_in_epoch
@@ -280,9 +319,12 @@ def _fit_group(name: str, probe: nn.Module, encoder: FrozenEncoder, tx, cfgs: li
   for epoch in range(epoch, cfg.epochs):
     t0, pending = time.perf_counter(), []
     host = [list(x) for x in epoch_losses]
-    for i, batch in enumerate(epoch_batches(epoch, start), start=start):
+    batches = epoch_batches(epoch, start)
+    for i, batch in enumerate(_ahead(batches) if streamed else batches, start=start):
       state, loss = step_fn(state, batch)
       pending.append(loss)
+      if streamed and len(pending) > 1:  # Read batches wait for their steps: 2 in flight.
+        pending[-2].block_until_ready()
       done = i + 1
       stop = preemption.should_stop()
       due = checkpointed and cfg.checkpoint_every_steps > 0 and (
