@@ -10,7 +10,13 @@ Loops (a randomly initialised BERT-base-sized encoder; weights do not change spe
            and the masked sums (`papa.means.AttentionSums` on `papa_jax.runner`);
   probe    one probe training step with all heads constant (PAPA's fast path:
            no queries or keys), encoder frozen, AdamW on the probe.
-Each row also gives the memory plan of the launcher's check (`papa_jax/memory_plan.py`) and,
+Then the quickstart (configs/quickstart.py with 0 and all heads constant: the means pass,
+the constants and the probes, compiled for this device as a user's run is) on this device,
+and the same in a child process on the CPU in float32; the two workdirs compared as
+`compare_workdirs.py` does (difference with its paired bootstrap interval, changed dev
+predictions), against the bf16 bound of docs/performance.md. SPLADE-tiny by default (small
+enough to carry to a lent machine, and quick on its CPU); `--quickstart-model minilm` for the
+README's. Each row also gives the memory plan of the launcher's check (`papa_jax/memory_plan.py`) and,
 where the device reports it (GPU, TPU), its peak memory so far. MFU = model FLOPs / time /
 the device's dense bf16 peak. Model FLOPs are
 counted analytically (matmuls only: projections, FFN, QK^T, AV and the
@@ -27,8 +33,11 @@ constant-attention shortcut).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
+import tempfile
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -38,9 +47,9 @@ import numpy as np  # noqa: E402
 from ml_collections import ConfigDict  # noqa: E402
 
 import papa_jax as pj  # noqa: E402
-from benchmarks import common  # noqa: E402
+from benchmarks import common, compare_workdirs  # noqa: E402
 from papa_jax.probing import probes, train  # noqa: E402
-from papa_jax import backend, memory_plan, runner  # noqa: E402
+from papa_jax import backend, memory_plan, runner, suite  # noqa: E402
 from papa_jax.models.encoder import init_params  # noqa: E402
 from papa_jax.papa import means  # noqa: E402
 
@@ -50,6 +59,9 @@ PEAK_BF16 = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12, "L4
              "TPU v5e": 197e12, "TPU v5p": 459e12, "TPU v6 lite": 918e12, "TPU v6e": 918e12}
 OPT = ConfigDict(dict(learning_rate=2e-5, adam_b1=0.9, adam_b2=0.999, adam_eps=1e-8,
                       weight_decay=0.0, grad_clip_norm=1.0))
+# docs/performance.md: the quickstart in bfloat16 vs float32 on 872 dev sentences, 95% CI
+# within +-0.0034 (at most one prediction changed per probe).
+BF16_BOUND = 0.0034
 PLAN_KIND = {"forward": "forward", "means": "capture", "probe": "probe"}
 SIZES = {
     "base": dict(vocab_size=30522, hidden_size=768, num_layers=12, num_heads=12,
@@ -217,6 +229,50 @@ def run(size: str, batch: int, length: int, dtype: str, repeats: int, hf: bool) 
   return rows
 
 
+def quickstart_config(model: str, small: bool) -> ConfigDict:
+  """configs/quickstart.py on `model` with 0 and all heads constant (no sorting run); `small`:
+  64 train and 64 dev sentences, 2 epochs."""
+  from configs import quickstart  # pylint: disable=import-outside-toplevel
+  c = quickstart.get_config()
+  c.model.name = model
+  c.papa.fractions = (0.0, 1.0)
+  if small:
+    c.data.max_train_examples = c.data.max_eval_examples = 64
+    c.probe.epochs = 2
+  return c
+
+
+def quickstart_side(model: str, small: bool, workdir: str) -> dict:
+  """The quickstart run into `workdir` on this process's default device."""
+  from papa_jax import run as run_lib  # pylint: disable=import-outside-toplevel
+  t = time.perf_counter()
+  run_lib.run(quickstart_config(model, small), workdir)
+  return dict(seconds=time.perf_counter() - t, device=jax.devices()[0].device_kind)
+
+
+def within_bound(row: dict) -> bool:
+  """A compared probe equals its CPU reference within the bf16 bound: 0 inside the difference's
+  interval and the difference at most `BF16_BOUND`."""
+  return row["within_noise"] and abs(row["difference"]) <= BF16_BOUND
+
+
+def quickstart(model: str, small: bool) -> list[dict]:
+  """The quickstart on this device beside the same on the CPU (float32, a child process)."""
+  with tempfile.TemporaryDirectory() as root:
+    here = quickstart_side(model, small, os.path.join(root, "device"))
+    args = ["--quickstart-side", os.path.join(root, "cpu"), "--quickstart-model", model]
+    cpu = common.child(__file__, *args, *(["--small"] if small else []),
+                       env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    rows = compare_workdirs.compare(suite.load_experiment(os.path.join(root, "cpu")),
+                                    suite.load_experiment(os.path.join(root, "device")),
+                                    n_boot=1000)
+  return [dict(model=model, static_heads=r["static_heads"], n_dev=r["n_examples"],
+               cpu=r["reference"], device=r["other"], difference=r["difference"],
+               difference_ci=f"[{r['difference_ci'][0]:+.4f}, {r['difference_ci'][1]:+.4f}]",
+               changed=sum(r["changed_predictions"]), within_bound=within_bound(r),
+               device_s=here["seconds"], cpu_s=cpu["seconds"]) for r in rows]
+
+
 def main(argv=None):
   ap = argparse.ArgumentParser()
   ap.add_argument("--small", action="store_true", help="CPU-sized model, batch 8 x 32")
@@ -227,8 +283,14 @@ def main(argv=None):
   ap.add_argument("--repeats", type=int, default=0)
   ap.add_argument("--no-hf", action="store_true")
   ap.add_argument("--json", default="")
+  ap.add_argument("--quickstart-model", default="splade_tiny")
+  ap.add_argument("--no-quickstart", action="store_true")
+  ap.add_argument("--quickstart-side", default="", help="internal: run it into this workdir")
   args = ap.parse_args(argv)
   small = args.small
+  if args.quickstart_side:
+    print(json.dumps(quickstart_side(args.quickstart_model, small, args.quickstart_side)))
+    return []
   dtypes = ([args.dtype] if args.dtype else ["float32"] if jax.default_backend() == "cpu"
             else ["bfloat16", "float32"])
   rows = [r for dtype in dtypes for r in run(
@@ -239,6 +301,12 @@ def main(argv=None):
   common.report(f"Accelerator loops ({jax.devices()[0].device_kind}, peak "
                 f"{f'{peak / 1e12:.0f} TFLOP/s bf16' if peak else 'n/a: fraction of a jit matmul'}"
                 f", fused attention {backend.use_fused_attention()})", rows, args.json or None)
+  if not args.no_quickstart:
+    qs = quickstart(args.quickstart_model, small)
+    common.report(f"Quickstart ({args.quickstart_model}, SST-2, 0 and all heads constant) on "
+                  f"{jax.devices()[0].device_kind} vs the CPU in float32; bf16 bound "
+                  f"+-{BF16_BOUND}", qs, args.json or None)
+    rows = rows + qs
   return rows
 
 

@@ -9,6 +9,7 @@ import pytest
 import papa_jax as pj
 from benchmarks import accelerator
 from papa_jax.models.encoder import init_params
+from tests.testing import require_model
 
 
 @pytest.mark.integration
@@ -34,15 +35,31 @@ def test_model_flops_are_the_matmuls_of_the_compiled_forward(constant):
 
 @pytest.mark.integration
 def test_accelerator_benchmark_small_runs_every_loop_against_hf(tmp_path, capsys):
+  """Every loop, then the quickstart here beside the CPU's in a child process (here both are
+  the CPU, so they agree exactly)."""
+  require_model("splade_tiny")
   rows = accelerator.main(["--small", "--repeats", "1", "--json", str(tmp_path / "r.jsonl")])
-  assert [r["loop"] for r in rows] == ["forward", "means", "probe"]
-  for r in rows:
+  loops, qs = rows[:3], rows[3:]
+  assert [r["loop"] for r in loops] == ["forward", "means", "probe"]
+  for r in loops:
     assert r["tflop_per_s"] > 0 and r["vs_hf"] > 0
     assert ("mfu" in r) != ("of_matmul" in r)
     assert r["plan_gib"] > 0 and "peak_gib" not in r  # CPU reports no peak.
+  assert [r["static_heads"] for r in qs] == [0, 4]  # SPLADE-tiny: 2 layers x 2 heads.
+  for r in qs:
+    assert r["n_dev"] == 64 and 0 < r["cpu"] == r["device"] <= 1
+    assert r["difference"] == r["changed"] == 0 and r["within_bound"]
   out = capsys.readouterr().out
-  assert "Machine:" in out and "| forward |" in out
-  assert (tmp_path / "r.jsonl").read_text().count("\n") == 1
+  assert "Machine:" in out and "| forward |" in out and "| splade_tiny | 4 | 64 |" in out
+  assert (tmp_path / "r.jsonl").read_text().count("\n") == 2
+
+
+@pytest.mark.unit
+def test_accelerator_quickstart_bound_needs_zero_inside_the_interval_and_a_small_difference():
+  row = dict(within_noise=True, difference=-accelerator.BF16_BOUND)
+  assert accelerator.within_bound(row)
+  assert not accelerator.within_bound(dict(row, difference=-0.0035))
+  assert not accelerator.within_bound(dict(row, within_noise=False, difference=0.001))
 
 
 @pytest.mark.unit
