@@ -26,10 +26,9 @@ import ml_collections
 import numpy as np
 from absl import logging
 
-from papa_jax.config import schema as config_schema
 from papa_jax.errors import ConfigError
 from papa_jax.models.config import EncoderConfig
-from papa_jax.papa import schedule
+from papa_jax.stage import Stage
 
 F32 = 4
 TOLERANCE = 0.35  # The plan is within this fraction of the compiled programs' memory.
@@ -37,14 +36,6 @@ TOLERANCE = 0.35  # The plan is within this fraction of the compiled programs' m
 # token per layer, layers kept at once: 1 or all).
 KINDS = {"forward": (2.0, 3.0, False), "capture": (2.0, 3.0, False),
          "through": (6.2, 4.2, True), "probe": (2.0, 3.0, False)}
-STAGE_KINDS = {"means": "capture", "effective": "capture", "linguistic": "capture",
-               "mixing": "capture", "optimal": "through", "sort": "through",
-               "patching": "through", "probe": "probe", "finetune": "forward",
-               "ablation": "forward", "knockout": "forward"}
-NO_PROGRAM = ("orderings",)  # Stages that only read other stages' files.
-KNOBS = {"forward": "run.batch_size", "capture": "run.batch_size",
-         "through": "probe.batch_size (patching: run.batch_size)",
-         "probe": "probe.batch_size"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,33 +75,25 @@ def program(kind: str, c: EncoderConfig, params: int, batch: int, length: int,
 
 
 def plan(config: ml_collections.ConfigDict, c: EncoderConfig, params: int, devices: int,
-         stages: tuple[str, ...]) -> list[Program]:
-  """Each of `stages`' largest program at the config's batch sizes over `devices`."""
+         stages: tuple[Stage, ...]) -> list[Program]:
+  """Each of `stages`' largest program (`Stage.memory`) at its batch size over `devices`;
+  stages that run none, that this config skips, or that declare no kind are not planned."""
   out = []
   for stage in stages:
-    kind = STAGE_KINDS.get(stage)
-    if kind is None:  # No program (NO_PROGRAM), or a stage registered elsewhere: not planned.
-      if stage not in NO_PROGRAM:
-        logging.info("Memory plan: stage %s has no kind in memory_plan.STAGE_KINDS; not "
-                     "planned.", stage)
+    if stage.memory is None:
+      logging.info("Memory plan: stage %s declares no memory kind (Stage.memory); not "
+                   "planned.", stage.name)
       continue
-    if not _works(config, c, stage):
+    if not stage.memory or (stage.skipped is not None and stage.skipped(config, c)):
       continue
-    global_batch = (config.probe.batch_size if kind in ("through", "probe") and
-                    stage != "patching" else config.run.batch_size)
-    out.append(program(kind, c, params, -(-global_batch // devices), config.data.max_length,
-                       stage))
+    if stage.memory not in KINDS:
+      # internal check
+      raise ValueError(f"Stage {stage.name}: memory kind {stage.memory!r} is not among "
+                       f"{tuple(KINDS)}.")
+    global_batch = config[stage.batch_size.split(".")[0]][stage.batch_size.split(".")[1]]
+    out.append(program(stage.memory, c, params, -(-global_batch // devices),
+                       config.data.max_length, stage.name))
   return out
-
-
-def _works(config: ml_collections.ConfigDict, c: EncoderConfig, stage: str) -> bool:
-  """False for a stage this config skips (no fitted constants, no partial head set)."""
-  if stage == "optimal":
-    return "optimal" in config_schema.variants(config)
-  if stage == "sort":
-    counts = schedule.static_head_counts(c.total_heads, config_schema.fractions(config))
-    return schedule.needs_ranking(counts, c.total_heads)
-  return True
 
 
 def device_limit(config: ml_collections.ConfigDict) -> tuple[int | None, str]:
@@ -127,9 +110,10 @@ def device_limit(config: ml_collections.ConfigDict) -> tuple[int | None, str]:
 
 
 def check(config: ml_collections.ConfigDict, c: EncoderConfig, params: Any, devices: int,
-          stages: tuple[str, ...]) -> list[Program]:
+          stages: tuple[Stage, ...]) -> list[Program]:
   """Refuses a run whose planned program exceeds a device's memory; returns the plan."""
   programs = plan(config, c, param_bytes(params), devices, stages)
+  knobs = {s.name: s.batch_size for s in stages}
   limit, source = device_limit(config)
   over = [p for p in programs if limit is not None and p.total > limit]
   if over:
@@ -139,6 +123,6 @@ def check(config: ml_collections.ConfigDict, c: EncoderConfig, params: Any, devi
     raise ConfigError(
         f"The {p.stage} stage needs about {p.total / 2**30:.2f} GiB per device ({parts} GiB; "
         f"{p.batch} examples x {config.data.max_length} tokens per device), over "
-        f"{limit / 2**30:.2f} GiB ({source}). Lower {KNOBS[p.kind]} or data.max_length, use "
+        f"{limit / 2**30:.2f} GiB ({source}). Lower {knobs[p.stage]} or data.max_length, use "
         "more devices, or set run.device_memory_gb to the memory you have (-1: no check).")
   return programs

@@ -77,6 +77,6 @@ def run(config: ml_collections.ConfigDict, workdir: str):
 def _check_memory(config: ml_collections.ConfigDict, setup: Setup,
                   stages: tuple[Stage, ...]) -> None:
   programs = memory_plan.check(config, setup.model.config, setup.model.params, setup.mesh.size,
-                               tuple(s.name for s in stages))
+                               stages)
   logging.info("Memory plan per device (papa_jax/memory_plan.py): %s.", ", ".join(
       f"{p.stage} {p.total / 2**30:.2f} GiB" for p in programs))

@@ -52,6 +52,12 @@ class Stage:
       config or of edited inputs refused, or removed under `overwrite`) and
       before any stage runs: that outputs it will reuse fit this run (None:
       nothing to check).
+    memory: the kind of its largest program (`memory_plan.KINDS`: "forward",
+      "capture", "through", "probe"), planned and checked against a device's
+      memory before a run; "" when it runs none; None: not declared (not planned).
+    batch_size: the config field holding that program's global batch size.
+    skipped: `skipped(config, model_config)`, True where this config makes the stage
+      run none of its programs (then not planned; None: it always runs them).
   """
 
   name: str
@@ -61,6 +67,9 @@ class Stage:
   writes: tuple[str, ...] = ()
   groups: tuple[str, ...] = ()
   check: Callable[[Setup], None] | None = None
+  memory: str | None = None
+  batch_size: str = "run.batch_size"
+  skipped: Callable[[Any, Any], bool] | None = None
 
   def __post_init__(self):
     bad = [v for v in self.inputs if v not in VIEWS]

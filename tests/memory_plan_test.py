@@ -31,26 +31,36 @@ def test_the_plan_is_within_its_tolerance_of_the_compiled_program(kind):
 
 
 @pytest.mark.unit
-def test_every_registered_stage_has_a_kind():
+def test_every_registered_stage_declares_its_memory_kind_and_batch():
   from papa_jax import registry  # pylint: disable=import-outside-toplevel
-  names = {s.name for s in registry.STAGES}
-  assert names == set(memory_plan.STAGE_KINDS) | set(memory_plan.NO_PROGRAM)
-  assert set(memory_plan.STAGE_KINDS.values()) == set(memory_plan.KINDS)
+  kinds = {s.name: s.memory for s in registry.STAGES}
+  assert set(kinds.values()) == set(memory_plan.KINDS) | {""}  # Every kind; "": no program.
+  assert kinds["orderings"] == "" and kinds["means"] == "capture"
+  c = _config()
+  for s in registry.STAGES:
+    assert c[s.batch_size.split(".")[0]][s.batch_size.split(".")[1]] > 0, s.name
+
+
+def _stages(*names):
+  from papa_jax import registry  # pylint: disable=import-outside-toplevel
+  return tuple(registry.BY_NAME[n] for n in names)
 
 
 @pytest.mark.unit
 def test_each_stage_gets_its_kind_and_batch():
+  from papa_jax.stage import Stage  # pylint: disable=import-outside-toplevel
   params = 100 * 2**20
   got = {p.stage: p for p in memory_plan.plan(
-      _config(), MINILM, params, 2, ("means", "orderings", "sort", "patching", "probe"))}
+      _config(), MINILM, params, 2, _stages("means", "orderings", "sort", "patching", "probe"))}
   assert set(got) == {"means", "sort", "patching", "probe"}  # orderings runs no program.
-  added = memory_plan.plan(_config(), MINILM, params, 2, ("entropy", "means"))
-  assert [p.stage for p in added] == ["means"]  # A stage added elsewhere is not planned.
+  entropy = Stage(name="entropy", run=lambda setup: None)  # The docs' recipe, no kind given.
+  added = memory_plan.plan(_config(), MINILM, params, 2, (entropy,) + _stages("means"))
+  assert [p.stage for p in added] == ["means"]  # Not declared: not planned.
   skipped = {p.stage for p in memory_plan.plan(
-      _config(**{"papa.fractions": (0.0, 1.0)}), MINILM, params, 2, ("sort", "optimal"))}
+      _config(**{"papa.fractions": (0.0, 1.0)}), MINILM, params, 2, _stages("sort", "optimal"))}
   assert not skipped  # No partial head set to rank, no fitted constants: neither runs.
   fitted = memory_plan.plan(_config(**{"papa.variants": ("raw", "optimal")}), MINILM, params,
-                            2, ("optimal",))
+                            2, _stages("optimal"))
   assert [p.kind for p in fitted] == ["through"]
   assert (got["means"].kind, got["means"].batch) == ("capture", 16)  # run.batch_size / 2
   assert (got["sort"].kind, got["sort"].batch) == ("through", 8)  # probe.batch_size / 2
@@ -67,13 +77,13 @@ def test_a_plan_over_the_limit_is_refused_naming_stage_number_and_knob():
   params = {"w": __import__("numpy").zeros((1024, 1024), "float32")}
   c = _config(**{"run.device_memory_gb": 0.05})
   with pytest.raises(ConfigError) as e:
-    memory_plan.check(c, MINILM, params, 1, ("means", "sort"))
+    memory_plan.check(c, MINILM, params, 1, _stages("means", "sort"))
   msg = str(e.value)
   assert msg.startswith("The sort stage needs about ") and "GiB per device" in msg
   assert "16 examples x 128 tokens per device" in msg and "over 0.05 GiB" in msg
   assert "probe.batch_size" in msg and "run.device_memory_gb=0.05" in msg
   assert memory_plan.check(_config(**{"run.device_memory_gb": 64.0}), MINILM, params, 1,
-                           ("means", "sort"))
+                           _stages("means", "sort"))
   assert memory_plan.device_limit(_config(**{"run.device_memory_gb": -1.0}))[0] is None
   assert memory_plan.device_limit(_config())[0] is None  # CPU reports no limit.
 

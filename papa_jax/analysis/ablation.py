@@ -190,4 +190,4 @@ def _run(setup: Setup) -> dict:
 
 
 STAGE = Stage(name="ablation", run=_run, inputs=INPUTS, needs=("means",),
-              writes=(RELATIVE.stats("ablation"),), groups=GROUPS)
+              writes=(RELATIVE.stats("ablation"),), groups=GROUPS, memory="forward")

@@ -65,6 +65,7 @@ class Finetune(per_head.PerHeadAnalysis):
   rtol: float | None = None
   name: ClassVar[str] = "finetune"
   groups: ClassVar[tuple[str, ...]] = per_head.ANALYSIS_GROUPS + ("finetune",)
+  memory: ClassVar[str] = "forward"
   infos: ClassVar = dict(
       cos_raw=head_maps.HeadInfo("cosine of raw attention, pretrained vs fine-tuned"),
       cos_eff=head_maps.HeadInfo("cosine of effective attention, pretrained vs fine-tuned"),

@@ -172,4 +172,4 @@ def _run(setup: Setup) -> dict:
 
 
 STAGE = Stage(name="knockout", run=_run, inputs=INPUTS, needs=(),
-              writes=(RELATIVE.stats("knockout"),), groups=GROUPS)
+              writes=(RELATIVE.stats("knockout"),), groups=GROUPS, memory="forward")

@@ -329,4 +329,4 @@ def _run(setup: Setup) -> dict:
 
 
 STAGE = Stage(name="patching", run=_run, inputs=INPUTS, needs=(),
-              writes=(RELATIVE.stats("patching"),), groups=GROUPS)
+              writes=(RELATIVE.stats("patching"),), groups=GROUPS, memory="through")

@@ -40,12 +40,14 @@ class PerHeadAnalysis:
   encoder returns), `groups` (config groups the results depend on),
   `columns` (names of a last axis of the maps) and `infos` (each map's label,
   unit and what a higher value says of the head; `head_maps.HeadInfo`), which
-  the explorer, the report and the agreement table show it by.
+  the explorer, the report and the agreement table show it by; `memory` (its
+  pass's program kind in `memory_plan`: "capture" when it captures attention).
   """
 
   name: ClassVar[str]
   capture: ClassVar[Capture] = Capture(probs=True, values=True)
   groups: ClassVar[tuple[str, ...]] = ANALYSIS_GROUPS
+  memory: ClassVar[str] = "capture"
   columns: ClassVar[tuple[str, ...]] = ()
   infos: ClassVar[Mapping[str, head_maps.HeadInfo]] = {}
   # The matmul precision the pass traces under ("highest": exact float32 on GPU/TPU too).
@@ -144,4 +146,4 @@ def run(kind: type[PerHeadAnalysis], setup: Setup) -> dict:
 def stage(kind: type[PerHeadAnalysis]) -> Stage:
   """The registry record of a per-head analysis."""
   return Stage(name=kind.name, run=functools.partial(run, kind), inputs=("analysis",),
-               writes=(RELATIVE.stats(kind.name),), groups=kind.groups)
+               writes=(RELATIVE.stats(kind.name),), groups=kind.groups, memory=kind.memory)

@@ -333,4 +333,4 @@ def _run(setup: Setup) -> None:
 
 
 STAGE = Stage(name="means", run=_run, inputs=("train",), writes=(RELATIVE.means("*"),),
-              groups=config_schema.PAPA_GROUPS, check=_check)
+              groups=config_schema.PAPA_GROUPS, check=_check, memory="capture")

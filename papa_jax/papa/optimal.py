@@ -249,4 +249,6 @@ def _run(setup: Setup) -> None:
 
 
 STAGE = Stage(name="optimal", run=_run, inputs=("train", "eval"), needs=("means",),
-              writes=(RELATIVE.means("optimal"),), groups=GROUPS)
+              writes=(RELATIVE.means("optimal"),), groups=GROUPS, memory="through",
+              batch_size="probe.batch_size",
+              skipped=lambda config, c: "optimal" not in config_schema.variants(config))

@@ -119,4 +119,4 @@ def _run(setup: Setup) -> None:
 
 
 STAGE = Stage(name="orderings", run=_run, inputs=("train", "eval"), needs=("means",),
-              writes=(RELATIVE.ordering("*"),), groups=config_schema.PAPA_GROUPS)
+              writes=(RELATIVE.ordering("*"),), groups=config_schema.PAPA_GROUPS, memory="")

@@ -256,4 +256,5 @@ def _ranking_check(setup: Setup) -> dict | None:
 STAGE = Stage(name="probe", run=_run, inputs=("train", "eval"),
               needs=("means", "optimal", "sort", "orderings"),
               writes=(RELATIVE.probe_result("*", "*", "*"), RELATIVE.results()),
-              groups=config_schema.PAPA_GROUPS, check=_check_cache_budget)
+              groups=config_schema.PAPA_GROUPS, check=_check_cache_budget, memory="probe",
+              batch_size="probe.batch_size")

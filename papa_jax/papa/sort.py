@@ -32,12 +32,20 @@ from papa_jax.stage import Setup, Stage
 
 def static_head_counts(setup: Setup) -> list[int]:
   """This run's schedule: how many heads are constant in each probing run."""
-  return schedule.static_head_counts(setup.model.config.total_heads,
-                                     config_schema.fractions(setup.config))
+  return _counts(setup.config, setup.model.config)
+
+
+def _counts(config, c) -> list[int]:
+  return schedule.static_head_counts(c.total_heads, config_schema.fractions(config))
+
+
+def _ranks(config, c) -> bool:
+  """Whether the schedule of `config` on a model of config `c` has a partial head set."""
+  return schedule.needs_ranking(_counts(config, c), c.total_heads)
 
 
 def needs_ranking(setup: Setup) -> bool:
-  return schedule.needs_ranking(static_head_counts(setup), setup.model.config.total_heads)
+  return _ranks(setup.config, setup.model.config)
 
 
 def fit_data(setup: Setup):
@@ -115,4 +123,6 @@ def _run(setup: Setup) -> None:
 
 
 STAGE = Stage(name="sort", run=_run, inputs=("train", "eval"), needs=("means",),
-              writes=(RELATIVE.ranking,), groups=config_schema.PAPA_GROUPS)
+              writes=(RELATIVE.ranking,), groups=config_schema.PAPA_GROUPS, memory="through",
+              batch_size="probe.batch_size",
+              skipped=lambda config, c: not _ranks(config, c))
