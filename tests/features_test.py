@@ -150,7 +150,8 @@ def test_probes_trained_from_a_features_file_equal_those_from_memory(minilm, sma
                                                                      group_run, tmp_path):
   """Features in a file (a spilled or run.cache_dir cache) train from rows read per batch,
   never copied whole to the device (host memory holds a batch), and give the same probes
-  bit for bit: the group of three seeds, and one probe alone (its own step and eval)."""
+  bit for bit: the group of three seeds, one probe alone (its own step and eval), and one
+  on eight devices (batches gathered on the host)."""
   _, encoder, mesh, ftr, _ = cached_small
   on_file = [features.compute(encoder, d, mesh, 16, str(tmp_path / f"{s}.npy"))
              for d, s in ((small[1], "train"), (small[2], "eval"))]
@@ -168,7 +169,20 @@ def test_probes_trained_from_a_features_file_equal_those_from_memory(minilm, sma
                                         on_file))
   assert max(read) == 3 * 16 and sum(read) > 3 * 3 * 80  # Batches, every epoch, every seed.
   want_alone = fitting.fit_many(*_fit_args(minilm, cached_small, SEEDS[:1], tmp_path, "m"))
-  for (s1, h1, l1), (s2, h2, l2) in zip(streamed + alone, group_run + want_alone):
+  # On eight devices each process gathers its batches on the host: from the file, rows read.
+  mesh8 = parallel.make_mesh(-1)
+  host = [features.compute(encoder, d, mesh8, 16, p) for d, p in (
+      (small[1], ""), (small[2], ""), (small[1], str(tmp_path / "t8.npy")),
+      (small[2], str(tmp_path / "e8.npy")))]
+  wide = lambda splits, tag: fitting.fit_many(*(_fit_args(  # noqa: E731
+      minilm, cached_small, SEEDS[:1], tmp_path, tag, splits)[:-1] + (mesh8,)))
+  read.clear()
+  with mock.patch.object(features.Features, "rows",
+                         lambda self, idx: read.append(len(idx)) or real_rows(self, idx)):
+    on_eight = wide(host[2:], "w8")
+  assert read and not fitting.vectorisable(host[2], mesh8)
+  for (s1, h1, l1), (s2, h2, l2) in zip(streamed + alone + on_eight,
+                                        group_run + want_alone + wide(host[:2], "m8")):
     assert [dict(h, seconds=0) for h in h1] == [dict(h, seconds=0) for h in h2]
     np.testing.assert_array_equal(l1, l2)
     for a, b in zip(jax.tree.leaves(s1.params), jax.tree.leaves(s2.params)):

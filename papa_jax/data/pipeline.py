@@ -48,10 +48,14 @@ def num_rows(data) -> int:
 
 
 def gather(data, idx: np.ndarray) -> dict[str, np.ndarray]:
-  """Rows `idx` of every array; -1 gives a padding row with valid=False."""
-  arrays = columns(data)
+  """Rows `idx` of every array; -1 gives a padding row with valid=False. Cached features in a
+  file are read row by row (`Features.rows`), not through their memory map."""
   valid = idx >= 0
   safe = np.where(valid, idx, 0)
+  if getattr(data, "path", ""):
+    arrays, safe = data.rows(safe), np.arange(len(safe))
+  else:
+    arrays = columns(data)
   batch = {}
   for k, v in arrays.items():
     if str(v.dtype) == "bfloat16":
