@@ -174,7 +174,7 @@ def test_full_disk_before_a_feature_cache_is_filled(tmp_path, monkeypatch):
     raise OSError(errno.ENOSPC, "No space left on device")
   monkeypatch.setattr(os, "posix_fallocate", no_space)
   with pytest.raises(workdir.WriteError, match="No space left"):
-    features._open_memmap(str(tmp_path / "f.npy.tmp-1"), (1000, 7, 64, 384), np.dtype("u2"))
+    features._reserve(str(tmp_path / "f.npy.tmp-1"), (1000, 7, 64, 384), np.dtype("u2"))
   assert not os.listdir(tmp_path)
 
 

@@ -147,6 +147,8 @@ def compute(encoder: FrozenEncoder, data, mesh, batch_size: int, path: str = "",
       else:
         rows.add(out[valid])
   except OSError as e:
+    with contextlib.suppress(OSError):
+      os.remove(tmp)
     raise workdir.write_failed(tmp, e) from e
   finally:
     if path:
