@@ -90,7 +90,8 @@ def plan(config: ml_collections.ConfigDict, c: EncoderConfig, params: int, devic
       # internal check
       raise ValueError(f"Stage {stage.name}: memory kind {stage.memory!r} is not among "
                        f"{tuple(KINDS)}.")
-    global_batch = config[stage.batch_size.split(".")[0]][stage.batch_size.split(".")[1]]
+    group, field = stage.batch_size.split(".")
+    global_batch = config[group][field]
     out.append(program(stage.memory, c, params, -(-global_batch // devices),
                        config.data.max_length, stage.name))
   return out

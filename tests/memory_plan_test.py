@@ -38,7 +38,8 @@ def test_every_registered_stage_declares_its_memory_kind_and_batch():
   assert kinds["orderings"] == "" and kinds["means"] == "capture"
   c = _config()
   for s in registry.STAGES:
-    assert c[s.batch_size.split(".")[0]][s.batch_size.split(".")[1]] > 0, s.name
+    group, field = s.batch_size.split(".")
+    assert c[group][field] > 0, s.name
 
 
 def _stages(*names):

@@ -70,7 +70,7 @@ class Features:
       for j, i in enumerate(idx):
         if os.preadv(fd, [buf[j]], self.offset + int(i) * size) != size:
           raise WorkdirError(f"{self.path}: row {int(i)} is cut short (the cached "
-                                     "features file changed under the run).")
+                             "features file changed under the run).")
     finally:
       os.close(fd)
     return dict(features=out, attention_mask=self.attention_mask[idx], labels=self.labels[idx])
@@ -134,8 +134,9 @@ def compute(encoder: FrozenEncoder, data, mesh, batch_size: int, path: str = "",
   if path:  # Written with plain writes: a written memory map's pages count as ours.
     tmp = f"{path}.tmp-{os.getpid()}"
     _reserve(tmp, shape, np.dtype(np.uint16) if dtype.itemsize == 2 else dtype)
+    offset = _data_offset(tmp)
     out_file = open(tmp, "r+b")  # pylint: disable=consider-using-with
-    out_file.seek(_data_offset(tmp))
+    out_file.seek(offset)
   else:  # On the device of a one-device mesh (no host copy), else on the host.
     rows = parallel.Rows(n, shape[1:], dtype, mesh)
   fn, enc = _forward(mesh), parallel.put_replicated(encoder, mesh)
@@ -158,7 +159,7 @@ def compute(encoder: FrozenEncoder, data, mesh, batch_size: int, path: str = "",
   os.replace(tmp, path)
   raw = np.load(path, mmap_mode="r")
   feats = raw.view(dtype) if dtype.itemsize == 2 else raw
-  return Features(feats, data.attention_mask, data.labels, path, _data_offset(path))
+  return Features(feats, data.attention_mask, data.labels, path, offset)
 
 
 def _reserve(tmp: str, shape: tuple, dtype: np.dtype) -> None:
